@@ -1,0 +1,1 @@
+"""Talking to autopilots. Nothing in this package knows about NATS."""

@@ -1,0 +1,1 @@
+"""MAVLink: codec, transports, protocols and autopilot flavours."""

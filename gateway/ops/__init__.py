@@ -1,0 +1,1 @@
+"""Operator subcommands that talk to a running twin over NATS."""

@@ -1,0 +1,252 @@
+"""`mavjet provision`: create or update the twin's JetStream resources.
+
+The definitions are data in `deploy/jetstream/*.json`. Planning is pure
+(`plan_stream` compares a desired config with the live one); applying is the
+only part that talks to the server. Idempotent: a second run reports
+"unchanged" for everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js import api as jsapi
+from nats.js.errors import NotFoundError
+
+from drivers.errors import MavjetError
+from gateway import natsconn
+from gateway.subjects import check_token
+from gateway.units import parse_duration_s, parse_size_bytes
+
+DEFINITIONS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "jetstream"
+
+# Fields JetStream refuses to change on an existing stream. A difference in
+# one of these is a conflict the operator must resolve by hand.
+IMMUTABLE = ("retention", "storage")
+# Fields provisioning keeps in step with the definition.
+MANAGED = (
+    "subjects", "description", "max_age", "max_bytes", "max_msg_size", "max_msgs_per_subject",
+    "discard", "duplicate_window", "allow_rollup_hdrs", "allow_direct", "num_replicas",
+)
+
+
+class ProvisionConflict(MavjetError):
+    """An existing resource differs in a way JetStream cannot update in place."""
+
+    def __init__(self, resource: str, field_name: str, live: Any, wanted: Any) -> None:
+        super().__init__(
+            f"{resource}: {field_name} is {live!r} on the server but the definition wants {wanted!r}; "
+            f"JetStream cannot change {field_name} in place (back up, delete and re-provision, "
+            "see docs/operations.md)"
+        )
+        self.resource = resource
+        self.field_name = field_name
+        self.live = live
+        self.wanted = wanted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Definition:
+    kind: str  # stream | kv | object_store
+    name: str  # resource name as users know it (stream or bucket)
+    stream_name: str  # the backing stream
+    config: jsapi.StreamConfig
+    chunk_size_bytes: int = 128 * 1024
+
+
+@dataclass(slots=True, kw_only=True)
+class Action:
+    resource: str
+    verb: str  # create | update | unchanged | conflict
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.verb == "update":
+            parts = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in ((k, *v) for k, v in self.changes.items()))
+            return f"{self.verb:9} {self.resource} ({parts})"
+        return f"{self.verb:9} {self.resource}{' ' + self.detail if self.detail else ''}"
+
+
+def _stream_config(raw: dict[str, Any], env: str, replicas: int) -> jsapi.StreamConfig:
+    return jsapi.StreamConfig(
+        name=raw["name"],
+        description=raw.get("description"),
+        subjects=[s.replace("{env}", env) for s in raw["subjects"]],
+        retention=jsapi.RetentionPolicy(raw.get("retention", "limits")),
+        storage=jsapi.StorageType(raw.get("storage", "file")),
+        max_age=parse_duration_s(raw["max_age"]) if "max_age" in raw else None,
+        max_bytes=parse_size_bytes(raw["max_bytes"]) if "max_bytes" in raw else -1,
+        discard=jsapi.DiscardPolicy(raw.get("discard", "old")),
+        duplicate_window=parse_duration_s(raw.get("duplicate_window", "2m")),
+        allow_rollup_hdrs=bool(raw.get("allow_rollup_hdrs", False)),
+        allow_direct=bool(raw.get("allow_direct", False)),
+        num_replicas=replicas,
+    )
+
+
+def load_definitions(directory: Path, *, env: str, replicas: int) -> list[Definition]:
+    """Read every `*.json` definition in `directory` for one environment."""
+    check_token("env", env)
+    if replicas not in (1, 3, 5):
+        raise MavjetError(f"replicas must be 1, 3 or 5, not {replicas}")
+    defs: list[Definition] = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+            kind = raw["kind"]
+            if kind == "stream":
+                cfg = _stream_config(raw, env, replicas)
+                defs.append(Definition(kind=kind, name=raw["name"], stream_name=raw["name"], config=cfg))
+            elif kind == "kv":
+                bucket = raw["bucket"]
+                cfg = jsapi.StreamConfig(
+                    name=f"KV_{bucket}",
+                    description=raw.get("description"),
+                    subjects=[f"$KV.{bucket}.>"],
+                    storage=jsapi.StorageType(raw.get("storage", "file")),
+                    max_msgs_per_subject=int(raw.get("history", 1)),
+                    max_msg_size=parse_size_bytes(raw.get("max_value_size", -1)),
+                    allow_direct=bool(raw.get("allow_direct", True)),
+                    allow_rollup_hdrs=True,
+                    discard=jsapi.DiscardPolicy.NEW,
+                    duplicate_window=120.0,
+                    num_replicas=replicas,
+                )
+                defs.append(Definition(kind=kind, name=bucket, stream_name=f"KV_{bucket}", config=cfg))
+            elif kind == "object_store":
+                bucket = raw["bucket"]
+                cfg = jsapi.StreamConfig(
+                    name=f"OBJ_{bucket}",
+                    description=raw.get("description"),
+                    subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+                    storage=jsapi.StorageType(raw.get("storage", "file")),
+                    allow_rollup_hdrs=True,
+                    allow_direct=True,
+                    discard=jsapi.DiscardPolicy.NEW,
+                    duplicate_window=120.0,
+                    num_replicas=replicas,
+                )
+                defs.append(
+                    Definition(
+                        kind=kind, name=bucket, stream_name=f"OBJ_{bucket}", config=cfg,
+                        chunk_size_bytes=parse_size_bytes(raw.get("chunk_size", "128KB")),
+                    )
+                )
+            else:
+                raise MavjetError(f"unknown kind {kind!r}")
+        except (KeyError, ValueError, json.JSONDecodeError, MavjetError) as exc:
+            raise MavjetError(f"definition {path.name}: {exc}") from exc
+    if not defs:
+        raise MavjetError(f"no definitions found in {directory}")
+    return defs
+
+
+def _norm(name: str, value: Any) -> Any:
+    if name in ("max_age", "duplicate_window"):
+        return round(float(value or 0.0), 3)
+    if name in ("max_bytes", "max_msg_size", "max_msgs_per_subject") and value in (None, 0):
+        return -1
+    if name in ("allow_rollup_hdrs", "allow_direct"):
+        return bool(value)
+    if name == "description":
+        return value or None
+    if name == "retention" and value is None:
+        return "limits"
+    if name == "storage" and value is None:
+        return "file"
+    if name == "num_replicas":
+        return int(value or 1)
+    if name == "subjects":
+        return sorted(value or [])
+    if hasattr(value, "value"):
+        return value.value
+    return value
+
+
+def plan_stream(resource: str, live: jsapi.StreamConfig | None, wanted: jsapi.StreamConfig) -> Action:
+    """Pure: what provisioning must do to make `live` match `wanted`."""
+    if live is None:
+        return Action(resource=resource, verb="create")
+    for f in IMMUTABLE:
+        a, b = _norm(f, getattr(live, f)), _norm(f, getattr(wanted, f))
+        if a != b:
+            raise ProvisionConflict(resource, f, a, b)
+    changes: dict[str, tuple[Any, Any]] = {}
+    for f in MANAGED:
+        a, b = _norm(f, getattr(live, f)), _norm(f, getattr(wanted, f))
+        if a != b:
+            changes[f] = (a, b)
+    return Action(resource=resource, verb="update" if changes else "unchanged", changes=changes)
+
+
+async def provision(js: JetStreamContext, defs: Sequence[Definition], *, dry_run: bool = False) -> list[Action]:
+    """Create missing resources and update drifted ones. Raises ProvisionConflict."""
+    actions: list[Action] = []
+    for d in defs:
+        label = f"{d.kind} {d.name}"
+        try:
+            live: jsapi.StreamConfig | None = (await js.stream_info(d.stream_name)).config
+        except NotFoundError:
+            live = None
+        action = plan_stream(label, live, d.config)
+        actions.append(action)
+        if dry_run or action.verb == "unchanged":
+            continue
+        try:
+            if action.verb == "create":
+                await js.add_stream(d.config)
+            else:
+                await js.update_stream(d.config)
+        except Exception as exc:
+            text = str(exc)
+            if "insufficient storage" in text:
+                raise MavjetError(
+                    f"{label}: the server has less JetStream storage than max_bytes reserves; "
+                    "raise jetstream.max_file_store in the nats-server config (deploy/nats/)"
+                ) from exc
+            raise MavjetError(f"{label}: {action.verb} failed: {text}") from exc
+    return actions
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mavjet provision",
+        description="Create or update TWIN_STATE, TWIN_EVENTS, TWIN_CMD, TWIN_SHADOW and TWIN_BLOBS "
+        "from the definitions in deploy/jetstream/. Safe to run again.",
+    )
+    natsconn.add_nats_arguments(p)
+    p.add_argument("--replicas", type=int, default=1, help="1 on a single server, 3 on a cluster (default: 1)")
+    p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+    p.add_argument("--definitions", type=Path, default=DEFINITIONS_DIR, help="directory of JSON definitions")
+    return p
+
+
+async def run(args: argparse.Namespace) -> int:
+    defs = load_definitions(args.definitions, env=args.env, replicas=args.replicas)
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-provision"))
+    try:
+        actions = await provision(nc.jetstream(), defs, dry_run=args.dry_run)
+    finally:
+        await nc.close()
+    prefix = "would " if args.dry_run else ""
+    for a in actions:
+        print(prefix + a.describe())
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except MavjetError as exc:
+        print(f"mavjet provision: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,79 @@
+"""Subject and key names from the design contract (../shared/DESIGN.md).
+
+All subjects are built here so the contract lives in one file.
+"""
+
+from __future__ import annotations
+
+import re
+
+from drivers.errors import ConfigError
+
+STATE_STREAM = "TWIN_STATE"
+EVENTS_STREAM = "TWIN_EVENTS"
+CMD_STREAM = "TWIN_CMD"
+SHADOW_BUCKET = "TWIN_SHADOW"
+BLOBS_BUCKET = "TWIN_BLOBS"
+
+STATE_CHANNELS = ("position", "attitude", "battery", "gps", "status", "link")
+
+EVENT_TYPES = frozenset(
+    {
+        "armed", "disarmed", "mode_changed", "takeoff", "landed", "failsafe",
+        "statustext", "mission_item_reached", "mission_uploaded", "geofence_breach",
+        "link_lost", "link_restored", "gps_fix_changed", "home_set", "cmd_result",
+        "shadow_converged", "shadow_failed", "gateway_started", "gateway_stopped",
+    }
+)
+
+# A subject token: no dots, wildcards or whitespace. Kept strict so a vid can
+# never widen a subscription or escape its vehicle's namespace.
+_TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def check_token(kind: str, value: str) -> str:
+    """Return `value` if it is a valid single subject token, else raise ConfigError."""
+    if not _TOKEN.match(value):
+        raise ConfigError(kind, f"{value!r} is not a valid subject token (letters, digits, - and _)")
+    return value
+
+
+def veh_prefix(env: str, vid: str) -> str:
+    return f"fleet.{env}.veh.{vid}"
+
+
+def state_subject(env: str, vid: str, channel: str) -> str:
+    return f"fleet.{env}.veh.{vid}.state.{channel}"
+
+
+def event_subject(env: str, vid: str, event_type: str) -> str:
+    return f"fleet.{env}.veh.{vid}.evt.{event_type}"
+
+
+def cmd_subject(env: str, vid: str, name: str) -> str:
+    return f"fleet.{env}.veh.{vid}.cmd.{name}"
+
+
+def shadow_key(env: str, vid: str, doc: str) -> str:
+    """KV key of a shadow document: desired, reported, config or meta."""
+    return f"fleet.{env}.veh.{vid}.{doc}"
+
+
+def state_filter(env: str, vid: str = "*", channel: str = ">") -> str:
+    return f"fleet.{env}.veh.{vid}.state.{channel}"
+
+
+def event_filter(env: str, vid: str = "*", event_type: str = ">") -> str:
+    return f"fleet.{env}.veh.{vid}.evt.{event_type}"
+
+
+def cmd_filter(env: str, vid: str = "*") -> str:
+    return f"fleet.{env}.veh.{vid}.cmd.>"
+
+
+def parse_subject(subject: str) -> tuple[str, str, str, str]:
+    """Split `fleet.<env>.veh.<vid>.<kind>.<name>` into (env, vid, kind, name)."""
+    parts = subject.split(".")
+    if len(parts) < 6 or parts[0] != "fleet" or parts[2] != "veh":
+        raise ValueError(f"not a fleet subject: {subject!r}")
+    return parts[1], parts[3], parts[4], ".".join(parts[5:])

@@ -1,0 +1,40 @@
+"""Shared fixtures: a real nats-server with JetStream on a free loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from gateway.natsserver import NatsServer
+from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A fresh nats-server per test; `restart()` keeps port and data."""
+    srv = NatsServer(store_dir=str(tmp_path / "js"), log_file=str(tmp_path / "nats.log"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.cleanup()
+
+
+@pytest.fixture
+async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await nats.connect(nats_server.url, connect_timeout=2, max_reconnect_attempts=5)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def provisioned(nc: Client) -> Client:
+    """The twin's resources exist (env `test`)."""
+    await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env="test", replicas=1))
+    return nc

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from nats.aio.client import Client
+from nats.js import api as jsapi
+
+from gateway.natsserver import NatsServer
+from gateway.provision import (
+    DEFINITIONS_DIR,
+    ProvisionConflict,
+    load_definitions,
+    plan_stream,
+    provision,
+)
+
+
+def test_definitions_follow_the_contract() -> None:
+    defs = {d.name: d for d in load_definitions(DEFINITIONS_DIR, env="prod", replicas=3)}
+    assert set(defs) == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS"}
+    st = defs["TWIN_STATE"].config
+    assert st.subjects == ["fleet.prod.veh.*.state.>"]
+    assert st.max_age == 3600 and st.allow_rollup_hdrs and st.num_replicas == 3
+    ev = defs["TWIN_EVENTS"].config
+    assert ev.max_age == 90 * 86400 and ev.max_bytes == 100 * 1024**3
+    assert ev.duplicate_window is not None and ev.duplicate_window >= 120
+    assert defs["TWIN_CMD"].config.retention == jsapi.RetentionPolicy.WORK_QUEUE
+    assert defs["TWIN_SHADOW"].config.max_msgs_per_subject == 5
+    assert defs["TWIN_SHADOW"].config.allow_direct
+    assert defs["TWIN_BLOBS"].chunk_size_bytes == 128 * 1024
+
+
+def test_bad_env_is_rejected() -> None:
+    with pytest.raises(Exception, match="subject token"):
+        load_definitions(DEFINITIONS_DIR, env="pr.od", replicas=1)
+
+
+def test_plan_detects_conflict_and_drift() -> None:
+    wanted = jsapi.StreamConfig(name="X", subjects=["a.>"], retention=jsapi.RetentionPolicy.LIMITS, max_age=3600)
+    live = jsapi.StreamConfig(name="X", subjects=["a.>"], retention=jsapi.RetentionPolicy.WORK_QUEUE)
+    with pytest.raises(ProvisionConflict) as ei:
+        plan_stream("stream X", live, wanted)
+    assert ei.value.field_name == "retention"
+    live2 = jsapi.StreamConfig(name="X", subjects=["a.>"], retention=jsapi.RetentionPolicy.LIMITS, max_age=60)
+    action = plan_stream("stream X", live2, wanted)
+    assert action.verb == "update" and action.changes == {"max_age": (60.0, 3600.0)}
+
+
+async def test_provision_is_idempotent_and_fixes_drift(nc: Client) -> None:
+    js = nc.jetstream()
+    defs = load_definitions(DEFINITIONS_DIR, env="test", replicas=1)
+    first = await provision(js, defs)
+    assert {a.verb for a in first} == {"create"}
+    second = await provision(js, defs)
+    assert {a.verb for a in second} == {"unchanged"}
+    # Someone shortens TWIN_EVENTS retention by hand: provisioning puts it back.
+    info = await js.stream_info("TWIN_EVENTS")
+    cfg = info.config
+    cfg.max_age = 3600.0
+    await js.update_stream(cfg)
+    dry = await provision(js, defs, dry_run=True)
+    ev = next(a for a in dry if a.resource == "stream TWIN_EVENTS")
+    assert ev.verb == "update" and "max_age" in ev.changes
+    assert (await js.stream_info("TWIN_EVENTS")).config.max_age == 3600.0  # dry run changed nothing
+    await provision(js, defs)
+    assert (await js.stream_info("TWIN_EVENTS")).config.max_age == 90 * 86400
+    kv = await js.key_value("TWIN_SHADOW")
+    await kv.put("fleet.test.veh.VID-001.desired", b"{}")
+    assert (await kv.get("fleet.test.veh.VID-001.desired")).value == b"{}"
+
+
+async def test_conflicting_stream_fails_with_clear_message(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(jsapi.StreamConfig(name="TWIN_CMD", subjects=["fleet.test.veh.*.cmd.>"]))
+    defs = load_definitions(DEFINITIONS_DIR, env="test", replicas=1)
+    with pytest.raises(ProvisionConflict, match="retention"):
+        await provision(js, defs)
+
+
+def test_cli_dry_run_and_unreachable(nats_server: NatsServer) -> None:
+    exe = [sys.executable, "-m", "gateway", "provision", "--nats", nats_server.url, "--env", "cli"]
+    out = subprocess.run([*exe, "--dry-run"], capture_output=True, text=True, timeout=60, check=True)
+    assert "would create    stream TWIN_STATE" in out.stdout
+    out = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=True)
+    assert "create    kv TWIN_SHADOW" in out.stdout
+    out = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.count("unchanged") == 5
+    bad = subprocess.run(
+        [sys.executable, "-m", "gateway", "provision", "--nats", "nats://127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert bad.returncode == 2 and "cannot reach NATS" in bad.stderr
