@@ -1,0 +1,227 @@
+"""Async byte transports to autopilots: tcp, udp (listen), udpout, serial.
+
+Transports only move bytes; framing is the codec's job. Each `recv()` returns
+everything that is ready (a TCP read of up to 64 KiB, or every queued UDP
+datagram drained until EAGAIN) because event-loop wake-ups, not bytes, are
+what limit a Python gateway (PERFORMANCE.md: one datagram per wake-up
+collapses at ~13k msgs/s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from dataclasses import dataclass
+from typing import Protocol
+
+from drivers.errors import ConfigError, LinkError
+
+READ_SIZE = 65536
+MAX_DRAIN_DATAGRAMS = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """Where an autopilot is: `tcp:HOST:PORT`, `udp:HOST:PORT`, `udpout:HOST:PORT`, `serial:DEV:BAUD`."""
+
+    scheme: str
+    host: str = ""
+    port: int = 0
+    device: str = ""
+    baud: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        scheme, _, rest = text.partition(":")
+        scheme = scheme.lower()
+        if scheme in ("tcp", "udp", "udpin", "udpout"):
+            host, _, port_s = rest.rpartition(":")
+            if not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+                raise ConfigError("endpoint", f"{text!r}: expected {scheme}:HOST:PORT")
+            return cls(scheme="udp" if scheme == "udpin" else scheme, host=host, port=int(port_s))
+        if scheme == "serial":
+            dev, _, baud_s = rest.rpartition(":")
+            if not dev or not baud_s.isdigit():
+                raise ConfigError("endpoint", f"{text!r}: expected serial:/dev/ttyX:BAUD")
+            return cls(scheme=scheme, device=dev, baud=int(baud_s))
+        raise ConfigError("endpoint", f"{text!r}: scheme must be tcp, udp, udpout or serial")
+
+    def __str__(self) -> str:
+        if self.scheme == "serial":
+            return f"serial:{self.device}:{self.baud}"
+        return f"{self.scheme}:{self.host}:{self.port}"
+
+
+class Transport(Protocol):
+    endpoint: Endpoint
+
+    async def recv(self) -> bytes:
+        """Wait for bytes; return all that are ready. Raises LinkError when closed."""
+
+    async def send(self, data: bytes) -> None:
+        """Send bytes; raises LinkError when the link is down."""
+
+    async def aclose(self) -> None: ...
+
+
+class TcpTransport:
+    def __init__(self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.endpoint = endpoint
+        self._reader = reader
+        self._writer = writer
+
+    async def recv(self) -> bytes:
+        try:
+            data = await self._reader.read(READ_SIZE)
+        except OSError as exc:
+            raise LinkError(str(self.endpoint), f"read failed: {exc}") from exc
+        if not data:
+            raise LinkError(str(self.endpoint), "connection closed by peer")
+        return data
+
+    async def send(self, data: bytes) -> None:
+        if self._writer.is_closing():
+            raise LinkError(str(self.endpoint), "connection is closed")
+        try:
+            self._writer.write(data)
+            await self._writer.drain()
+        except OSError as exc:
+            raise LinkError(str(self.endpoint), f"write failed: {exc}") from exc
+
+    async def aclose(self) -> None:
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except OSError:
+            pass
+
+
+class UdpTransport:
+    """`udp:` binds and learns the peer from the first datagram; `udpout:` sends to a fixed peer."""
+
+    def __init__(self, endpoint: Endpoint, sock: socket.socket, peer: tuple[str, int] | None) -> None:
+        self.endpoint = endpoint
+        self._sock = sock
+        self._peer = peer
+        self._fixed_peer = peer is not None
+        self._loop = asyncio.get_running_loop()
+
+    async def recv(self) -> bytes:
+        try:
+            first, addr = await self._loop.sock_recvfrom(self._sock, READ_SIZE)
+        except OSError as exc:
+            raise LinkError(str(self.endpoint), f"recv failed: {exc}") from exc
+        if not self._fixed_peer:
+            self._peer = addr
+        chunks = [first]
+        # Drain what else is queued in the same wake-up.
+        for _ in range(MAX_DRAIN_DATAGRAMS):
+            try:
+                data, addr = self._sock.recvfrom(READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            chunks.append(data)
+        return b"".join(chunks) if len(chunks) > 1 else first
+
+    async def send(self, data: bytes) -> None:
+        if self._peer is None:
+            return  # nobody has spoken to us yet: nowhere to send
+        try:
+            await self._loop.sock_sendto(self._sock, data, self._peer)
+        except OSError as exc:
+            raise LinkError(str(self.endpoint), f"send failed: {exc}") from exc
+
+    async def aclose(self) -> None:
+        self._sock.close()
+
+
+class SerialTransport:
+    """A serial port read through the event loop's selector, never a blocking read."""
+
+    def __init__(self, endpoint: Endpoint, port: object, fd: int) -> None:
+        self.endpoint = endpoint
+        self._port = port
+        self._fd = fd
+        self._loop = asyncio.get_running_loop()
+
+    async def _wait(self, add: str, remove: str) -> None:
+        fut: asyncio.Future[None] = self._loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        getattr(self._loop, add)(self._fd, ready)
+        try:
+            await fut
+        finally:
+            getattr(self._loop, remove)(self._fd)
+
+    async def recv(self) -> bytes:
+        while True:
+            try:
+                data = os.read(self._fd, READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                await self._wait("add_reader", "remove_reader")
+                continue
+            except OSError as exc:
+                raise LinkError(str(self.endpoint), f"read failed: {exc}") from exc
+            if not data:
+                raise LinkError(str(self.endpoint), "device closed")
+            return data
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except (BlockingIOError, InterruptedError):
+                await self._wait("add_writer", "remove_writer")
+                continue
+            except OSError as exc:
+                raise LinkError(str(self.endpoint), f"write failed: {exc}") from exc
+            view = view[n:]
+
+    async def aclose(self) -> None:
+        close = getattr(self._port, "close", None)
+        if close is not None:
+            close()
+
+
+async def open_transport(endpoint: Endpoint, *, connect_timeout_s: float) -> Transport:
+    """Open a transport, translating OS errors into LinkError."""
+    where = str(endpoint)
+    try:
+        if endpoint.scheme == "tcp":
+            async with asyncio.timeout(connect_timeout_s):
+                reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return TcpTransport(endpoint, reader, writer)
+        if endpoint.scheme in ("udp", "udpout"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+            if endpoint.scheme == "udp":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((endpoint.host, endpoint.port))
+                return UdpTransport(endpoint, sock, None)
+            return UdpTransport(endpoint, sock, (endpoint.host, endpoint.port))
+        if endpoint.scheme == "serial":
+            import serial  # pyserial: configures baud/termios; we do the I/O ourselves
+
+            port = serial.Serial(endpoint.device, endpoint.baud, timeout=0, write_timeout=0, exclusive=True)
+            return SerialTransport(endpoint, port, port.fileno())
+    except TimeoutError as exc:
+        raise LinkError(where, f"no connection within {connect_timeout_s}s") from exc
+    except OSError as exc:
+        raise LinkError(where, f"cannot open: {exc.strerror or exc}") from exc
+    except Exception as exc:  # serial.SerialException and friends
+        if type(exc).__name__ == "SerialException":
+            raise LinkError(where, f"cannot open: {exc}") from exc
+        raise
+    raise LinkError(where, f"unsupported scheme {endpoint.scheme!r}")

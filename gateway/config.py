@@ -1,0 +1,222 @@
+"""Gateway configuration: frozen, keyword-only dataclasses validated on construction.
+
+Files and environment are read only by the CLI (`gateway.daemon.main`); this
+module turns an already-parsed TOML mapping plus CLI overrides into a
+`GatewayConfig`, naming the offending key in every error.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drivers.errors import ConfigError
+from drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
+from drivers.mavlink.transport import Endpoint
+from gateway.natsconn import DEFAULT_NATS, NatsOptions
+from gateway.subjects import STATE_CHANNELS, check_token
+
+DEFAULT_RATES_HZ: dict[str, float] = {
+    "position": 10.0, "attitude": 10.0, "battery": 1.0, "gps": 1.0, "status": 1.0, "link": 1.0,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VehicleConfig:
+    vid: str
+    endpoint: Endpoint
+
+    def __post_init__(self) -> None:
+        check_token("vehicles.vid", self.vid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandConfig:
+    """TWIN_CMD consumer and MAVLink command protocol settings."""
+
+    ack_wait_s: float = 30.0
+    max_deliver: int = 20
+    backoff_s: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0)
+    ack_timeout_s: float = 1.5
+    retries: int = 3
+    in_progress_timeout_s: float = 30.0
+    in_progress_interval_s: float = 5.0
+    nak_delay_s: float = 2.0
+    max_payload_bytes: int = 64 * 1024
+    fetch_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.ack_wait_s <= self.in_progress_interval_s:
+            raise ConfigError("commands.ack_wait_s", "must exceed commands.in_progress_interval_s")
+        if self.max_deliver < 1 or self.retries < 0:
+            raise ConfigError("commands.max_deliver", "must be >= 1 (and retries >= 0)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayConfig:
+    vehicles: tuple[VehicleConfig, ...]
+    nats: NatsOptions = field(default_factory=NatsOptions)
+    env: str = "prod"
+    instance: str = field(default_factory=socket.gethostname)
+    rates_hz: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES_HZ))
+    link: LinkConfig = field(default_factory=LinkConfig)
+    commands: CommandConfig = field(default_factory=CommandConfig)
+    state_dir: Path = Path(".mavjet/state")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    startup_timeout_s: float = 10.0
+    shutdown_timeout_s: float = 5.0
+    publish_timeout_s: float = 5.0
+    nats_backoff_initial_s: float = 0.5
+    nats_backoff_max_s: float = 10.0
+    spool_max_events: int = 100_000
+    max_inflight_state: int = 4000
+    uvloop: bool = False
+
+    def __post_init__(self) -> None:
+        check_token("env", self.env)
+        if not self.vehicles:
+            raise ConfigError("vehicles", "at least one vehicle is required (--vehicle VID=ENDPOINT)")
+        seen: set[str] = set()
+        for v in self.vehicles:
+            if v.vid in seen:
+                raise ConfigError("vehicles.vid", f"{v.vid} is listed twice")
+            seen.add(v.vid)
+        for ch, hz in self.rates_hz.items():
+            if ch not in STATE_CHANNELS:
+                raise ConfigError(f"rates.{ch}", f"unknown state channel (known: {', '.join(STATE_CHANNELS)})")
+            if not 0 < hz <= 50:
+                raise ConfigError(f"rates.{ch}", "rate must be in (0, 50] Hz")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ConfigError("metrics.port", "must be a TCP port")
+        for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(key, "must be > 0")
+        if self.spool_max_events < 100:
+            raise ConfigError("spool_max_events", "must be >= 100")
+
+
+# -- building from TOML + CLI ---------------------------------------------
+
+_TOP_KEYS = {
+    "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
+    "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
+    "max_inflight_state", "uvloop", "nats_backoff_initial_s", "nats_backoff_max_s",
+}
+_NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
+
+
+def _check_keys(section: str, raw: Mapping[str, Any], allowed: set[str]) -> None:
+    for k in raw:
+        if k not in allowed:
+            where = f"{section}.{k}" if section else k
+            raise ConfigError(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _typed(key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise ConfigError(key, f"expected a number, got {value!r}")
+    if not isinstance(value, kind):
+        raise ConfigError(key, f"expected {getattr(kind, '__name__', kind)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def parse_vehicle(spec: str) -> VehicleConfig:
+    """`VID=ENDPOINT` from the command line."""
+    vid, sep, ep = spec.partition("=")
+    if not sep:
+        raise ConfigError("--vehicle", f"{spec!r}: expected VID=ENDPOINT, e.g. VID-001=tcp:127.0.0.1:5760")
+    return VehicleConfig(vid=vid.strip(), endpoint=Endpoint.parse(ep.strip()))
+
+
+def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
+    """Merge a parsed TOML document with CLI overrides (None means 'not given')."""
+    _check_keys("", raw, _TOP_KEYS)
+    kw: dict[str, Any] = {}
+    for key in ("env", "instance"):
+        if key in raw:
+            kw[key] = _typed(key, raw[key], str)
+    for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s",
+                "nats_backoff_initial_s", "nats_backoff_max_s"):
+        if key in raw:
+            kw[key] = float(_typed(key, raw[key], (int, float)))
+    for key in ("spool_max_events", "max_inflight_state"):
+        if key in raw:
+            kw[key] = _typed(key, raw[key], int)
+    if "uvloop" in raw:
+        kw["uvloop"] = _typed("uvloop", raw["uvloop"], bool)
+    if "state_dir" in raw:
+        kw["state_dir"] = Path(_typed("state_dir", raw["state_dir"], str))
+
+    vehicles: list[VehicleConfig] = []
+    for i, v in enumerate(_typed("vehicles", raw.get("vehicles", []), list)):
+        key = f"vehicles[{i}]"
+        _typed(key, v, dict)
+        _check_keys(key, v, {"vid", "endpoint"})
+        if "vid" not in v or "endpoint" not in v:
+            raise ConfigError(key, "needs both vid and endpoint")
+        try:
+            vehicles.append(VehicleConfig(vid=_typed(f"{key}.vid", v["vid"], str),
+                                          endpoint=Endpoint.parse(_typed(f"{key}.endpoint", v["endpoint"], str))))
+        except ConfigError as exc:
+            raise ConfigError(f"{key}.{exc.key.split('.')[-1]}", exc.reason) from exc
+
+    nats_raw = _typed("nats", raw.get("nats", {}), dict)
+    _check_keys("nats", nats_raw, _NATS_KEYS)
+    servers = nats_raw.get("servers", [DEFAULT_NATS])
+    if isinstance(servers, str):
+        servers = [s.strip() for s in servers.split(",")]
+    nats_kw: dict[str, Any] = {"servers": tuple(_typed("nats.servers", servers, (list, tuple)))}
+    for k in ("creds", "tls_ca", "tls_cert", "tls_key"):
+        if k in nats_raw:
+            nats_kw["creds_file" if k == "creds" else k] = _typed(f"nats.{k}", nats_raw[k], str)
+    if "connect_timeout_s" in nats_raw:
+        nats_kw["connect_timeout_s"] = float(_typed("nats.connect_timeout_s", nats_raw["connect_timeout_s"], (int, float)))
+
+    rates = dict(DEFAULT_RATES_HZ)
+    rates.update(
+        {ch: float(_typed(f"rates.{ch}", hz, (int, float))) for ch, hz in _typed("rates", raw.get("rates", {}), dict).items()}
+    )
+
+    link_raw = dict(_typed("link", raw.get("link", {}), dict))
+    link_fields = set(LinkConfig.__dataclass_fields__)
+    _check_keys("link", link_raw, link_fields)
+    if "streams_hz" in link_raw:
+        streams = dict(DEFAULT_STREAMS_HZ)
+        streams.update(_typed("link.streams_hz", link_raw["streams_hz"], dict))
+        link_raw["streams_hz"] = streams
+
+    cmd_raw = dict(_typed("commands", raw.get("commands", {}), dict))
+    _check_keys("commands", cmd_raw, set(CommandConfig.__dataclass_fields__))
+    if "backoff_s" in cmd_raw:
+        cmd_raw["backoff_s"] = tuple(cmd_raw["backoff_s"])
+
+    metrics_raw = _typed("metrics", raw.get("metrics", {}), dict)
+    _check_keys("metrics", metrics_raw, {"host", "port"})
+    if "port" in metrics_raw:
+        kw["metrics_port"] = _typed("metrics.port", metrics_raw["port"], int)
+    if "host" in metrics_raw:
+        kw["metrics_host"] = _typed("metrics.host", metrics_raw["host"], str)
+
+    # CLI overrides win over the file.
+    cli_vehicles = overrides.pop("vehicles", None)
+    if cli_vehicles:
+        by_vid = {v.vid: v for v in vehicles}
+        for v in cli_vehicles:
+            by_vid[v.vid] = v
+        vehicles = list(by_vid.values())
+    cli_nats = overrides.pop("nats", None)
+    if cli_nats is not None:
+        nats_kw.update({k: v for k, v in cli_nats.items() if v is not None})
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        link = LinkConfig(**link_raw)
+        commands = CommandConfig(**cmd_raw)
+    except TypeError as exc:
+        raise ConfigError("link", str(exc)) from exc
+    return GatewayConfig(
+        vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands, **kw
+    )

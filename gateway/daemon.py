@@ -1,0 +1,215 @@
+"""`mavjet gateway`: the daemon.
+
+One supervising task group owns every task, each named after what it serves
+(`vehicle[VID-001].link`, `nats.spool_drainer`, ...). Startup waits (bounded)
+until each link has heard its vehicle, then tells systemd READY. SIGTERM or
+SIGINT stops intake, records `gateway_stopped`, drains the spool and NATS, and
+closes the links; the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from drivers.errors import ConfigError, MavjetError
+from drivers.mavlink.dialect import fastcrc_available
+from gateway import logs, natsconn
+from gateway.config import GatewayConfig, build_config, parse_vehicle
+from gateway.metrics import GatewayMetrics
+from gateway.publisher import Publisher
+from gateway.spool import Spool
+from gateway.vehicle import VehicleTwin
+
+log = structlog.get_logger("mavjet.gateway")
+
+
+class Gateway:
+    """The daemon as an object, so tests and benchmarks can run it in-process."""
+
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg = cfg
+        self.metrics = GatewayMetrics()
+        self.spool = Spool(cfg.state_dir / "spool.sqlite", max_entries=cfg.spool_max_events)
+        self.publisher = Publisher(cfg, self.spool, self.metrics)
+        self.twins = {v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics) for v in cfg.vehicles}
+        self.metrics.watch_links(lambda: [t.link for t in self.twins.values()])
+        self.metrics_port: int | None = None
+        self.ready = anyio.Event()
+        self.stopping = anyio.Event()
+        self._stop_reason = "stopped"
+        self._notifier: Any = None
+        self.extensions: list[Any] = []  # objects with `async run(gateway, task_status)`; commands, shadow
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        self._stop_reason = reason
+        self.stopping.set()
+
+    async def _ticker(self) -> None:
+        fastest = max(self.cfg.rates_hz.values())
+        period = 1.0 / fastest
+        twins = list(self.twins.values())
+        while True:
+            now_ns = time.time_ns()
+            for twin in twins:
+                await twin.publish_due(now_ns)
+            await anyio.sleep(period)
+
+    async def _watchdog(self) -> None:
+        n = self._notifier
+        interval = getattr(n, "watchdog_interval_s", None)
+        if not interval:
+            return
+        while True:
+            n.watchdog()
+            await anyio.sleep(interval)
+
+    async def _startup(self) -> None:
+        with anyio.move_on_after(self.cfg.startup_timeout_s):
+            async with anyio.create_task_group() as tg:
+                for twin in self.twins.values():
+                    tg.start_soon(twin.link.wait_ready, name=f"vehicle[{twin.vid}].wait_ready")
+        not_up = [t.vid for t in self.twins.values() if not t.link.is_up]
+        if not_up:
+            log.warning("startup_links_not_ready", vehicles=not_up, waited_s=self.cfg.startup_timeout_s)
+        log.info("gateway_ready", vehicles=len(self.twins), nats=self.publisher.is_connected,
+                 metrics_port=self.metrics_port)
+        self.ready.set()
+        if self._notifier is not None:
+            self._notifier.ready()
+
+    async def run(self) -> None:
+        """Run until `request_stop()` (or cancellation); then shut down cleanly."""
+        if self.cfg.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.cfg.metrics_host, self.cfg.metrics_port)
+        try:
+            from gateway.sdnotify import Notifier
+
+            self._notifier = Notifier.from_env(os.environ)
+        except ImportError:
+            self._notifier = None
+        try:
+            async with anyio.create_task_group() as root:
+                await root.start(self.publisher.run, name="nats.publisher")
+                async with anyio.create_task_group() as intake:
+                    for twin in self.twins.values():
+                        await intake.start(twin.run, name=f"vehicle[{twin.vid}].link")
+                    intake.start_soon(self._ticker, name="gateway.state_ticker")
+                    intake.start_soon(self._watchdog, name="gateway.watchdog")
+                    for ext in self.extensions:
+                        intake.start_soon(ext.run, self, name=f"gateway.{type(ext).__name__}")
+                    await self._startup()
+                    await self.stopping.wait()
+                    for twin in self.twins.values():
+                        twin.closing = True
+                    intake.cancel_scope.cancel()  # stop intake: links, ticker, commands
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown(root)
+        finally:
+            self.spool.close()
+
+    async def _shutdown(self, root: TaskGroup) -> None:
+        if self._notifier is not None:
+            self._notifier.stopping()
+        log.info("gateway_stopping", reason=self._stop_reason)
+        for twin in self.twins.values():
+            twin.emit("gateway_stopped", gateway=self.cfg.instance, reason=self._stop_reason)
+        await self.publisher.shutdown(self.cfg.shutdown_timeout_s)
+        root.cancel_scope.cancel()
+        log.info("gateway_stopped", spooled=self.spool.depth)
+
+
+async def serve(cfg: GatewayConfig) -> int:
+    gw = Gateway(cfg)
+
+    async def on_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for sig in signals:
+                gw.request_stop(signal.Signals(sig).name)
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_signals, name="gateway.signals")
+        await gw.run()
+        tg.cancel_scope.cancel()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mavjet gateway",
+        description="Bridge MAVLink vehicles to their JetStream digital twins.",
+        epilog="Example: mavjet gateway --nats nats://127.0.0.1:4222 --vehicle VID-001=tcp:127.0.0.1:5760\n"
+        "Endpoints: tcp:HOST:PORT (client, e.g. ArduPilot SITL 5760+10*N), udp:HOST:PORT (listen), "
+        "udpout:HOST:PORT, serial:/dev/ttyACM0:115200. Config keys: docs/config.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    natsconn.add_nats_arguments(p)
+    p.add_argument("--vehicle", action="append", default=[], metavar="VID=ENDPOINT",
+                   help="a vehicle to serve (repeatable); overrides the config file's entry with the same VID")
+    p.add_argument("--config", type=Path, help="TOML config file (see deploy/gateway.example.toml)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0 = any free port)")
+    p.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
+    p.add_argument("--state-dir", type=Path, help="where the spool and ledgers live (default .mavjet/state)")
+    p.add_argument("--instance", help="gateway instance name in events and logs (default: hostname)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-json", action="store_true", default=None, help="JSON logs even on a TTY")
+    p.add_argument("--uvloop", action="store_true", default=None, help="use uvloop (edge hubs with many vehicles)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    raw: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            raw = tomllib.loads(args.config.read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError("--config", f"{args.config} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("--config", f"{args.config} is not valid TOML: {exc}") from exc
+    nats_given = "--nats" in sys.argv or args.config is None or "MAVJET_NATS" in os.environ
+    nats_over = {
+        "servers": tuple(s.strip() for s in args.nats.split(",") if s.strip()) if nats_given else None,
+        "creds_file": args.creds, "tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
+    }
+    env_given = "--env" in sys.argv or "MAVJET_ENV" in os.environ or "env" not in raw
+    return build_config(
+        raw,
+        vehicles=[parse_vehicle(v) for v in args.vehicle],
+        nats=nats_over,
+        env=args.env if env_given else None,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        state_dir=args.state_dir,
+        instance=args.instance,
+        uvloop=args.uvloop,
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logs.configure(args.log_level, json=args.log_json)
+    try:
+        cfg = config_from_args(args)
+    except MavjetError as exc:
+        print(f"mavjet gateway: {exc}", file=sys.stderr)
+        return 2
+    if not fastcrc_available():
+        print("mavjet gateway: fastcrc is missing (MAVLink decoding would be 2x slower); "
+              "reinstall mavjet with its dependencies", file=sys.stderr)
+        return 2
+    backend_options = {"use_uvloop": True} if cfg.uvloop else {}
+    try:
+        return anyio.run(serve, cfg, backend="asyncio", backend_options=backend_options)
+    except KeyboardInterrupt:
+        return 0

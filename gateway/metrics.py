@@ -1,0 +1,74 @@
+"""Prometheus metrics for the gateway.
+
+Hot-path counters (messages by type, CRC errors, sequence gaps) are not
+incremented per message: the codec already counts them, and a collector reads
+those counts at scrape time. Each gateway gets its own registry so several can
+run in one process (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class _LinkCollector(Collector):
+    def __init__(self, links: Callable[[], Iterable[Any]]) -> None:
+        self._links = links
+
+    def collect(self) -> Iterator[Any]:
+        msgs = CounterMetricFamily("mavjet_mavlink_messages", "MAVLink messages received", labels=["vid", "type"])
+        crc = CounterMetricFamily("mavjet_mavlink_crc_errors", "MAVLink frames with a bad CRC", labels=["vid"])
+        bad = CounterMetricFamily("mavjet_mavlink_bad_data", "Bytes skipped as garbage or unknown frames", labels=["vid"])
+        gaps = CounterMetricFamily("mavjet_mavlink_seq_gaps", "MAVLink frames missing by sequence number", labels=["vid"])
+        up = GaugeMetricFamily("mavjet_link_up", "1 while heartbeats arrive from the vehicle", labels=["vid"])
+        age = GaugeMetricFamily("mavjet_heartbeat_age_seconds", "Seconds since the last vehicle heartbeat", labels=["vid"])
+        now = time.monotonic()
+        for link in self._links():
+            vid = link.name
+            st = link.codec.stats
+            for t, n in list(st.by_type.items()):
+                msgs.add_metric([vid, t], n)
+            crc.add_metric([vid], st.crc_errors)
+            bad.add_metric([vid], st.bad_data + st.unknown)
+            gaps.add_metric([vid], st.seq_gaps)
+            up.add_metric([vid], 1.0 if link.is_up else 0.0)
+            age.add_metric([vid], now - link.last_heartbeat_mono if link.last_heartbeat_mono else float("nan"))
+        yield from (msgs, crc, bad, gaps, up, age)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.publishes = Counter(
+            "mavjet_publishes", "JetStream publishes by kind and result", ["kind", "result"], registry=r
+        )
+        self.publish_latency = Histogram(
+            "mavjet_publish_latency_seconds",
+            "From MAVLink receive (state) or spool (events) to JetStream ack",
+            ["kind"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.errors = Counter("mavjet_errors", "Errors handled without stopping the gateway", ["where"], registry=r)
+        self.nats_connected = Gauge("mavjet_nats_connected", "1 while connected to NATS", registry=r)
+        self.nats_reconnects = Counter("mavjet_nats_reconnects", "NATS reconnections", registry=r)
+        self.spool_depth = Gauge("mavjet_spool_depth", "Events waiting in the on-disk spool", registry=r)
+        self.spool_dropped = Counter("mavjet_spool_dropped", "Spooled events dropped at the bound", registry=r)
+        self.events = Counter("mavjet_events", "Events detected", ["type"], registry=r)
+        self.commands = Counter("mavjet_commands", "Commands finished by result", ["name", "result"], registry=r)
+
+    def watch_links(self, links: Callable[[], Iterable[Any]]) -> None:
+        self.registry.register(_LinkCollector(links))
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve /metrics on a daemon thread; returns the bound port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        bound: int = server.server_address[1]
+        return bound

@@ -1,0 +1,249 @@
+"""The gateway's side of NATS: one connection, state publishing, the event spool drain.
+
+- Connecting never blocks MAVLink intake: until the first connect succeeds the
+  gateway keeps reading vehicles, spooling events and dropping stale state.
+  The first connect retries with capped, jittered backoff; after that nats-py
+  reconnects on its own (forever) and we follow its callbacks.
+- State is latest-wins: published with `publish_async` (bounded in flight,
+  never awaited on the hot path); while disconnected it is dropped, because the
+  next tick carries a newer sample anyway.
+- Events go through the durable spool and are published oldest first with
+  `Nats-Msg-Id`, so a republish after an outage is de-duplicated by the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Any
+
+import anyio
+import nats
+import structlog
+from anyio.abc import TaskStatus
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from drivers.mavlink.backoff import Backoff
+from gateway.config import GatewayConfig
+from gateway.envelope import CONTENT_TYPE
+from gateway.metrics import GatewayMetrics
+from gateway.spool import Spool
+
+log = structlog.get_logger("mavjet.nats")
+
+DRAIN_BATCH = 256
+
+
+class Publisher:
+    def __init__(self, cfg: GatewayConfig, spool: Spool, metrics: GatewayMetrics) -> None:
+        self.cfg = cfg
+        self.spool = spool
+        self.metrics = metrics
+        self.nc: Client | None = None
+        self.js: JetStreamContext | None = None
+        self.connected = anyio.Event()
+        self._pending_events: deque[tuple[str, str, bytes]] = deque()
+        self._events_ready = anyio.Event()
+        self._spool_ready = anyio.Event()
+        self.latencies_ns: deque[int] = deque(maxlen=100_000)  # state receive->ack, for benchmarks
+        self.state_published = 0
+        self.state_dropped = 0
+        self.events_published = 0
+        self._inflight = 0
+
+    @property
+    def is_connected(self) -> bool:
+        return self.nc is not None and self.nc.is_connected
+
+    # -- connection --------------------------------------------------------
+    async def _on_disconnected(self) -> None:
+        self.metrics.nats_connected.set(0)
+        log.warning("nats_disconnected", servers=list(self.cfg.nats.servers))
+
+    async def _on_reconnected(self) -> None:
+        self.metrics.nats_connected.set(1)
+        self.metrics.nats_reconnects.inc()
+        url = self.nc.connected_url.netloc if self.nc is not None and self.nc.connected_url else "?"
+        log.info("nats_reconnected", server=url)
+        self._spool_ready.set()
+
+    async def _on_error(self, exc: Exception) -> None:
+        self.metrics.errors.labels(where="nats").inc()
+        log.warning("nats_error", error=f"{type(exc).__name__}: {exc}")
+
+    async def connect_forever(self) -> None:
+        opts = self.cfg.nats
+        backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)
+        kwargs: dict[str, Any] = {
+            "servers": list(opts.servers),
+            "name": f"mavjet-gateway/{self.cfg.instance}",
+            "connect_timeout": opts.connect_timeout_s,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": self.cfg.nats_backoff_initial_s,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "error_cb": self._on_error,
+            "pending_size": 8 * 1024 * 1024,
+        }
+        if opts.creds_file:
+            kwargs["user_credentials"] = opts.creds_file
+        tls = opts.tls_context()
+        if tls is not None:
+            kwargs["tls"] = tls
+        while True:
+            try:
+                async with asyncio.timeout(opts.connect_timeout_s * (len(opts.servers) + 1) + 1):
+                    nc = await nats.connect(**kwargs)
+            except Exception as exc:  # translate: every connect failure is "NATS unreachable"
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                self.metrics.nats_connected.set(0)
+                delay = backoff.next_delay_s()
+                log.warning("nats_unreachable", servers=list(opts.servers), error=f"{type(exc).__name__}: {exc}",
+                            retry_in_s=round(delay, 2))
+                await anyio.sleep(delay)
+                continue
+            self.nc = nc
+            self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, publish_async_max_pending=self.cfg.max_inflight_state)
+            self.metrics.nats_connected.set(1)
+            log.info("nats_connected", server=nc.connected_url.netloc if nc.connected_url else "?")
+            self.connected.set()
+            self._spool_ready.set()
+            return
+
+    # -- state -------------------------------------------------------------
+    def _state_done(self, fut: asyncio.Future[Any], recv_ns: int) -> None:
+        self._inflight -= 1
+        if fut.cancelled() or fut.exception() is not None:
+            self.metrics.publishes.labels(kind="state", result="error").inc()
+            return
+        lat = time.time_ns() - recv_ns
+        self.latencies_ns.append(lat)
+        self.metrics.publish_latency.labels(kind="state").observe(lat / 1e9)
+        self.metrics.publishes.labels(kind="state", result="ok").inc()
+
+    async def publish_state(self, subject: str, payload: bytes, recv_ns: int) -> None:
+        js = self.js
+        if js is None or not self.is_connected or self._inflight >= self.cfg.max_inflight_state:
+            self.state_dropped += 1
+            self.metrics.publishes.labels(kind="state", result="dropped").inc()
+            return
+        try:
+            fut = await js.publish_async(subject, payload, wait_stall=0.05, headers={"Content-Type": CONTENT_TYPE})
+        except Exception as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            self.state_dropped += 1
+            self.metrics.publishes.labels(kind="state", result="dropped").inc()
+            return
+        self._inflight += 1
+        self.state_published += 1
+        fut.add_done_callback(lambda f: self._state_done(f, recv_ns))
+
+    # -- events ------------------------------------------------------------
+    def enqueue_event(self, subject: str, msg_id: str, payload: bytes) -> None:
+        """Hot-path safe: hand an event to the spool writer (no I/O here)."""
+        self._pending_events.append((subject, msg_id, payload))
+        self._events_ready.set()
+
+    async def flush_pending_to_spool(self) -> None:
+        if not self._pending_events:
+            return
+        batch = list(self._pending_events)
+        self._pending_events.clear()
+        dropped = await self.spool.append(batch)
+        if dropped:
+            self.metrics.spool_dropped.inc(dropped)
+            log.error("spool_full_dropped_oldest", dropped=dropped, bound=self.spool.max_entries)
+        self.metrics.spool_depth.set(self.spool.depth)
+        self._spool_ready.set()
+
+    async def spool_writer(self) -> None:
+        while True:
+            await self._events_ready.wait()
+            self._events_ready = anyio.Event()
+            await self.flush_pending_to_spool()
+
+    async def drain_spool_once(self) -> int:
+        """Publish spooled events in order until the spool is empty; returns how many."""
+        js = self.js
+        if js is None or not self.is_connected:
+            return 0
+        total = 0
+        while True:
+            batch = await self.spool.peek(DRAIN_BATCH)
+            if not batch:
+                return total
+            futs = []
+            for e in batch:
+                hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": e.msg_id}
+                futs.append(await js.publish_async(e.subject, e.payload, headers=hdrs))
+            last_ok = None
+            t0 = time.monotonic()
+            try:
+                async with asyncio.timeout(self.cfg.publish_timeout_s):
+                    for e, fut in zip(batch, futs, strict=True):
+                        await fut
+                        last_ok = e.rowid
+            except Exception as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                self.metrics.publishes.labels(kind="event", result="error").inc()
+                log.warning("event_publish_failed", error=f"{type(exc).__name__}: {exc}", spooled=self.spool.depth)
+                for f in futs:
+                    f.cancel()
+                if last_ok is not None:
+                    await self.spool.remove_upto(last_ok)
+                raise
+            finally:
+                n_ok = 0 if last_ok is None else sum(1 for e in batch if e.rowid <= last_ok)
+                if n_ok:
+                    self.metrics.publishes.labels(kind="event", result="ok").inc(n_ok)
+                    self.metrics.publish_latency.labels(kind="event").observe((time.monotonic() - t0) / max(1, n_ok))
+            await self.spool.remove_upto(batch[-1].rowid)
+            self.events_published += len(batch)
+            total += len(batch)
+            self.metrics.spool_depth.set(self.spool.depth)
+
+    async def spool_drainer(self) -> None:
+        backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)
+        while True:
+            await self._spool_ready.wait()
+            self._spool_ready = anyio.Event()
+            try:
+                await self.drain_spool_once()
+                backoff.reset()
+            except Exception as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                self._spool_ready.set()
+                await anyio.sleep(backoff.next_delay_s())
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.spool_writer, name="nats.spool_writer")
+            task_status.started()
+            await self.connect_forever()
+            tg.start_soon(self.spool_drainer, name="nats.spool_drainer")
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Flush what is queued, publish the spool, drain the connection. Bounded by `timeout_s`."""
+        with anyio.move_on_after(timeout_s) as scope:
+            await self.flush_pending_to_spool()
+            if self.is_connected:
+                try:
+                    await self.drain_spool_once()
+                except Exception as exc:
+                    log.warning("shutdown_drain_incomplete", error=str(exc), spooled=self.spool.depth)
+            if self.nc is not None and self.nc.is_connected:
+                try:
+                    await self.nc.drain()
+                except Exception as exc:
+                    log.warning("nats_drain_failed", error=str(exc))
+        if scope.cancelled_caught:
+            log.warning("shutdown_timeout", spooled=self.spool.depth)
+        if self.nc is not None and not self.nc.is_closed:
+            await self.nc.close()
