@@ -33,7 +33,9 @@ from drivers.mavlink.command import (
     CommandState,
     heartbeat_armed,
 )
+from drivers.mavlink.fence import Geofence
 from drivers.mavlink.mission import (
+    FENCE,
     MISSION,
     MissionClear,
     MissionConfig,
@@ -396,3 +398,23 @@ async def set_param(
         config=config.params,
     )
     return await _run_param(port, machine, config)
+
+
+# ---------------------------------------------------------------------------
+# geofence
+
+
+async def apply_geofence(port: MavPort, fence: Geofence, *, config: ProtocolConfig = DEFAULT_CONFIG) -> str:
+    """Upload and verify the FENCE zones, then set and confirm the fence parameters.
+
+    Zones go first and the FENCE_ENABLE switch last, so a vehicle never
+    enforces a half-written fence. Returns the zones' digest.
+    """
+    items = fence.items()
+    fence_digest = await upload_and_verify(port, items, FENCE, config=config)
+    params = fence.params()
+    enable = params.pop("FENCE_ENABLE")
+    for name, value in params.items():
+        await set_param(port, name, value, config=config)
+    await set_param(port, "FENCE_ENABLE", enable, config=config)
+    return fence_digest
