@@ -11,7 +11,8 @@ Out-of-sequence handling:
 - Upload: a request for an item already sent is answered again (our item was
   lost); a request beyond the next unsent item is ignored and counted (the
   vehicle is confused; its own timeout will re-request in order); a request
-  for seq >= count fails the upload.
+  for seq >= count fails the upload. The final item is never resent on a
+  timeout (see `MissionUpload.on_tick`).
 - Download: items other than the one requested are ignored and counted.
 
 Items are `MissionItem`s carrying the MISSION_ITEM_INT fields; float fields
@@ -262,6 +263,31 @@ class MissionUpload(_Transfer):
         )
         return self._send(count, now, "MISSION_REQUEST_INT 0" if self.items else "MISSION_ACK")
 
+    @property
+    def awaiting_final_ack(self) -> bool:
+        return bool(self.items) and self.highest_sent == len(self.items) - 1
+
+    def on_tick(self, now: float) -> list[MavMessage]:
+        """Resend on timeout, except the final item.
+
+        Resending the final item after a lost MISSION_ACK makes ArduPilot
+        answer the stray item with MISSION_ACK(ERROR) although the mission
+        was stored. A lost final item is re-requested by the vehicle itself,
+        so in that stage the machine only waits (two timeouts) and then fails
+        with stage "MISSION_ACK": the outcome is unknown, and a download
+        (`runner.upload_and_verify`) settles it.
+        """
+        if not self.awaiting_final_ack:
+            return _Transfer.on_tick(self, now)
+        if self.state is not TransferState.RUNNING or self.next_deadline is None or now < self.next_deadline:
+            return []
+        if self.retries >= min(self.config.max_retries, 1):
+            self._fail(MissionTimeout(self.PROTOCOL, "MISSION_ACK", self.retries))
+            return []
+        self.retries += 1
+        self.next_deadline = now + self.config.item_timeout_s
+        return []
+
     def on_message(self, msg: MavMessage, now: float) -> list[MavMessage]:
         if self.state is not TransferState.RUNNING:
             return []
@@ -288,8 +314,9 @@ class MissionUpload(_Transfer):
             return []
         if seq == self.highest_sent + 1:
             self.highest_sent = seq
-            self._progress()
-        # seq <= highest_sent: our item was lost; answer again (not progress, not a retry).
+        # seq <= highest_sent: our item was lost; answer again. Either way the
+        # vehicle is alive and driving the upload, so the retry count resets.
+        self._progress()
         item = self.items[seq].to_message(self.target_system, self.target_component)
         stage = "MISSION_ACK" if seq == len(self.items) - 1 else f"MISSION_REQUEST_INT {seq + 1}"
         return self._send(item, now, stage)

@@ -222,3 +222,18 @@ def test_clear() -> None:
     assert m.on_tick(1.0)[0].get_type() == "MISSION_CLEAR_ALL"
     m.on_message(mack(), 1.1)
     assert m.ok
+
+
+def test_upload_final_item_is_not_resent_when_the_ack_is_lost() -> None:
+    m = upload(2)
+    m.start(0.0)
+    m.on_message(request(0), 0.1)
+    m.on_message(request(1), 0.2)
+    assert m.awaiting_final_ack
+    assert m.on_tick(1.2) == []  # a resent final item would draw MISSION_ACK(ERROR)
+    assert not m.done
+    again = m.on_message(request(1), 1.5)  # the vehicle re-requests a lost final item itself
+    assert again[0].seq == 1 and m.retries == 0
+    assert m.on_tick(2.5) == []
+    assert m.on_tick(3.5) == []
+    assert isinstance(m.error, MissionTimeout) and m.error.stage == "MISSION_ACK"
