@@ -1,0 +1,228 @@
+"""The replay jobs: pure DataFrame -> DataFrame functions over decoded events.
+
+Input is what the `jetstream` source returns (analytics.columns). Nothing
+here reads or writes: `analytics.replay` wires the source, the jobs and the
+outputs together, and tests feed the functions directly.
+
+Ordering inside a vehicle is (time, seq): `time` is when the event happened
+(the envelope), `seq` breaks ties in the order the gateway published.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+CMD_RESULTS = ("accepted", "rejected", "failed", "expired", "invalid", "timeout")
+EARTH_RADIUS_M = 6_371_000.0
+
+
+def _t(name: str) -> Column:
+    return F.col("type") == F.lit(name)
+
+
+def valid(events: DataFrame) -> DataFrame:
+    """Rows that decoded: error rows are reported, never joined into results."""
+    return events.where(F.col("error").isNull() & F.col("time").isNotNull() & F.col("vid").isNotNull())
+
+
+def time_range(events: DataFrame, start: dt.datetime | None, end: dt.datetime | None) -> DataFrame:
+    """Events with start <= time < end (either bound optional)."""
+    if start is not None:
+        events = events.where(F.col("time") >= F.lit(start))
+    if end is not None:
+        events = events.where(F.col("time") < F.lit(end))
+    return events
+
+
+def _seconds_between(a: Column, b: Column) -> Column:
+    return (F.unix_micros(b) - F.unix_micros(a)) / F.lit(1_000_000.0)
+
+
+def with_flight(events: DataFrame) -> DataFrame:
+    """Add `flight_no` (armed events so far for the vehicle, 0 before the first)
+    and `in_flight` (between an armed event and the disarmed that closes it)."""
+    order = Window.partitionBy("vid").orderBy("time", "seq")
+    ev = valid(events).withColumn(
+        "flight_no",
+        F.sum(F.when(_t("armed"), 1).otherwise(0)).over(order.rowsBetween(Window.unboundedPreceding, 0)),
+    )
+    per_flight = Window.partitionBy("vid", "flight_no")
+    ev = ev.withColumn("_disarm_time", F.min(F.when(_t("disarmed"), F.col("time"))).over(per_flight))
+    return ev.withColumn(
+        "in_flight",
+        (F.col("flight_no") > 0) & (F.col("_disarm_time").isNull() | (F.col("time") <= F.col("_disarm_time"))),
+    ).drop("_disarm_time")
+
+
+def _haversine_m(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Column:
+    p1, p2 = F.radians(lat1), F.radians(lat2)
+    dp, dl = p2 - p1, F.radians(lon2) - F.radians(lon1)
+    a = F.pow(F.sin(dp / 2), 2) + F.cos(p1) * F.cos(p2) * F.pow(F.sin(dl / 2), 2)
+    return F.lit(2 * EARTH_RADIUS_M) * F.asin(F.least(F.lit(1.0), F.sqrt(a)))
+
+
+def flights(events: DataFrame) -> DataFrame:
+    """One row per flight (armed -> disarmed) per vehicle.
+
+    start, end (null while still armed), duration_s, max_alt_m, distance_m,
+    battery_used_pct, modes (visited, in order), failsafes, failsafe_types.
+    Distance and battery come from the disarmed event's summary when the
+    gateway reported one, otherwise from the positions and battery readings
+    carried by the flight's events.
+    """
+    ev = with_flight(events).where("in_flight")
+    order = Window.partitionBy("vid", "flight_no").orderBy("time", "seq")
+    ev = ev.withColumn(
+        "_leg_m",
+        _haversine_m(
+            F.lag("lat_deg").over(order), F.lag("lon_deg").over(order), F.col("lat_deg"), F.col("lon_deg")
+        ),
+    )
+    ts = F.struct("time", "seq")
+    agg = ev.groupBy("vid", "flight_no").agg(
+        F.min(F.when(_t("armed"), F.col("time"))).alias("start"),
+        F.max(F.when(_t("disarmed"), F.col("time"))).alias("end"),
+        F.greatest(F.max("alt_m"), F.max("max_alt_m")).alias("max_alt_m"),
+        F.max(F.when(_t("disarmed"), F.col("distance_m"))).alias("_reported_distance_m"),
+        F.sum("_leg_m").alias("_track_m"),
+        F.max(F.when(_t("disarmed"), F.col("battery_used_pct"))).alias("_reported_battery_pct"),
+        F.min_by("battery_pct", F.when(F.col("battery_pct").isNotNull(), ts)).alias("_first_batt"),
+        F.max_by("battery_pct", F.when(F.col("battery_pct").isNotNull(), ts)).alias("_last_batt"),
+        F.array_sort(F.collect_list(F.when(F.col("mode").isNotNull(), F.struct("time", "seq", "mode")))).alias(
+            "_modes"
+        ),
+        F.sum(F.when(_t("failsafe"), 1).otherwise(0)).cast("int").alias("failsafes"),
+        F.array_sort(F.collect_set(F.when(_t("failsafe"), F.col("failsafe_type")))).alias("failsafe_types"),
+        F.count("*").alias("events"),
+    )
+    return agg.where(F.col("start").isNotNull()).select(
+        "vid",
+        "flight_no",
+        "start",
+        "end",
+        _seconds_between(F.col("start"), F.col("end")).alias("duration_s"),
+        "max_alt_m",
+        F.coalesce("_reported_distance_m", "_track_m").alias("distance_m"),
+        F.coalesce("_reported_battery_pct", F.col("_first_batt") - F.col("_last_batt")).alias("battery_used_pct"),
+        F.array_distinct(F.transform("_modes", lambda s: s["mode"])).alias("modes"),
+        "failsafes",
+        "failsafe_types",
+        "events",
+        F.col("end").isNotNull().alias("complete"),
+    )
+
+
+def commands(events: DataFrame) -> DataFrame:
+    """Per command name and vehicle: count, result mix and latency p50/p95/p99 (exact)."""
+    c = valid(events).where(_t("cmd_result"))
+    return (
+        c.groupBy(F.coalesce("cmd_name", F.lit("?")).alias("name"), "vid")
+        .agg(
+            F.count("*").alias("count"),
+            *[F.sum(F.when(F.col("result") == r, 1).otherwise(0)).alias(r) for r in CMD_RESULTS],
+            *_latency_percentiles(),
+        )
+    )
+
+
+def command_latency(events: DataFrame) -> DataFrame:
+    """Fleet-wide per command name: count, result mix, latency percentiles."""
+    c = valid(events).where(_t("cmd_result"))
+    return c.groupBy(F.coalesce("cmd_name", F.lit("?")).alias("name")).agg(
+        F.count("*").alias("count"),
+        F.countDistinct("vid").alias("vehicles"),
+        *[F.sum(F.when(F.col("result") == r, 1).otherwise(0)).alias(r) for r in CMD_RESULTS],
+        *_latency_percentiles(),
+    )
+
+
+def _latency_percentiles() -> list[Column]:
+    return [
+        F.percentile("latency_ms", F.lit(0.5)).alias("latency_p50_ms"),
+        F.percentile("latency_ms", F.lit(0.95)).alias("latency_p95_ms"),
+        F.percentile("latency_ms", F.lit(0.99)).alias("latency_p99_ms"),
+    ]
+
+
+def failsafe_events(events: DataFrame) -> DataFrame:
+    """Every failsafe with what it did and how long until the vehicle was on the ground.
+
+    `landed_time` is the first `landed` after the failsafe within the same
+    flight; null when the vehicle did not land (yet) in the data read.
+    """
+    ev = with_flight(events)
+    after = Window.partitionBy("vid", "flight_no").orderBy("time", "seq").rowsBetween(1, Window.unboundedFollowing)
+    ev = ev.withColumn("landed_time", F.min(F.when(_t("landed"), F.col("time"))).over(after))
+    return ev.where(_t("failsafe")).select(
+        "vid",
+        "time",
+        "seq",
+        F.coalesce("failsafe_type", F.lit("unknown")).alias("failsafe_type"),
+        "action_taken",
+        "mode",
+        "alt_m",
+        "battery_pct",
+        "in_flight",
+        "landed_time",
+        _seconds_between(F.col("time"), F.col("landed_time")).alias("time_to_landed_s"),
+    )
+
+
+def failsafes(events: DataFrame) -> DataFrame:
+    """Failsafe counts by day, vehicle and type, with time from failsafe to landed."""
+    fs = failsafe_events(events)
+    return fs.groupBy(F.to_date("time").alias("day"), "vid", "failsafe_type").agg(
+        F.count("*").alias("count"),
+        F.count("landed_time").alias("landed"),
+        F.avg("time_to_landed_s").alias("avg_time_to_landed_s"),
+        F.max("time_to_landed_s").alias("max_time_to_landed_s"),
+    )
+
+
+def _fmt(c: str, digits: int = 1) -> Column:
+    return F.coalesce(F.format_number(F.col(c), digits), F.lit("?"))
+
+
+def _s(c: str) -> Column:
+    return F.coalesce(F.col(c).cast("string"), F.lit("?"))
+
+
+def _summary() -> Column:
+    return (
+        F.when(F.col("error").isNotNull(), F.concat(F.lit("undecodable: "), F.col("error")))
+        .when(_t("mode_changed"), F.concat(_s("previous_mode"), F.lit(" -> "), _s("mode")))
+        .when(_t("failsafe"), F.concat(F.lit("FAILSAFE "), _s("failsafe_type"), F.lit(" -> "), _s("action_taken")))
+        .when(
+            _t("cmd_result"),
+            F.concat(_s("cmd_name"), F.lit(" "), _s("result"), F.lit(" in "), _fmt("latency_ms"), F.lit(" ms")),
+        )
+        .when(_t("statustext"), F.concat(F.lit("["), _s("severity"), F.lit("] "), _s("text")))
+        .when(_t("mission_item_reached"), F.concat(F.lit("reached mission item "), _s("mission_seq")))
+        .when(
+            _t("landed"),
+            F.concat(F.lit("landed after "), _fmt("flight_s"), F.lit(" s, max alt "), _fmt("max_alt_m"), F.lit(" m")),
+        )
+        .when(
+            _t("disarmed"),
+            F.concat(
+                F.lit("disarmed: "), _fmt("distance_m", 0), F.lit(" m flown, "),
+                _fmt("battery_used_pct"), F.lit(" % battery used"),
+            ),
+        )
+        .when(_t("link_restored"), F.concat(F.lit("link restored after "), _fmt("outage_s"), F.lit(" s")))
+        .otherwise(F.col("type"))
+    )
+
+
+def timeline(
+    events: DataFrame, vid: str, start: dt.datetime | None = None, end: dt.datetime | None = None
+) -> DataFrame:
+    """The ordered story of one vehicle over [start, end): one line per event."""
+    ev = time_range(events.where(F.col("vid") == F.lit(vid)), start, end)
+    return ev.select(
+        "time", "seq", "vid", "type", "mode", "armed", "alt_m", "battery_pct", "lat_deg", "lon_deg",
+        _summary().alias("summary"),
+    ).orderBy("time", "seq")

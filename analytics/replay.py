@@ -1,0 +1,281 @@
+"""`mavjet replay`: replay the event audit trail with Spark into Parquet and a report.
+
+    mavjet replay --since 24h --out out/            # local[*]
+    mavjet replay --from 2025-06-01 --to 2025-06-08 --master spark://host:7077 --out /shared/out
+    mavjet replay --jobs timeline --vid VID-0001 --since 6h --out out/
+
+Reads TWIN_EVENTS once through the `jetstream` source, keeps the decoded rows
+cached, runs the jobs (analytics.jobs) on them, writes one Parquet directory
+per job, `summary.json`, and `report.html` (self-contained, inline SVG).
+With a cluster master, `--out` must be a path every executor can write
+(a shared filesystem or object store URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analytics.options import format_time_us, parse_time_us
+from drivers.errors import ConfigError, MavjetError
+from gateway.subjects import EVENTS_STREAM, check_token, event_filter
+from gateway.units import parse_duration_s
+
+JOBS = ("flights", "commands", "failsafes", "timeline")
+TIMELINE_REPORT_ROWS = 500
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayConfig:
+    out: str
+    url: str
+    env: str = "prod"
+    master: str = "local[*]"
+    stream: str = EVENTS_STREAM
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    creds: str | None = None
+    partitions: int | None = None
+    jobs: tuple[str, ...] = JOBS
+    vids: tuple[str, ...] = ()
+    report: bool = True
+
+    def __post_init__(self) -> None:
+        check_token("env", self.env)
+        for v in self.vids:
+            check_token("vid", v)
+        unknown = set(self.jobs) - set(JOBS)
+        if unknown:
+            raise ConfigError("jobs", f"unknown job(s) {sorted(unknown)}; choose from {', '.join(JOBS)}")
+        if "timeline" in self.jobs and not self.vids and self.jobs == ("timeline",):
+            raise ConfigError("vid", "the timeline job needs --vid")
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise ConfigError("to", "--to must be after --from")
+
+    def source_options(self) -> dict[str, str]:
+        opts = {"url": self.url, "stream": self.stream, "subjects": event_filter(self.env)}
+        if self.start is not None:
+            opts["start_time"] = self.start.isoformat()
+        if self.end is not None:
+            opts["end_time"] = self.end.isoformat()
+        if self.creds:
+            opts["creds"] = self.creds
+        if self.partitions:
+            opts["partitions"] = str(self.partitions)
+        return opts
+
+
+@dataclass(slots=True)
+class Timings:
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str, t0: float) -> float:
+        now = time.perf_counter()
+        self.steps[name] = round(now - t0, 3)
+        return now
+
+
+def read_events(spark: Any, cfg: ReplayConfig) -> Any:
+    reader = spark.read.format("jetstream")
+    for k, v in cfg.source_options().items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _path(out: str, name: str) -> str:
+    return out.rstrip("/") + "/" + name
+
+
+def run_replay(spark: Any, cfg: ReplayConfig) -> dict[str, Any]:
+    """Run the selected jobs; write Parquet, summary.json and report.html under cfg.out."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from analytics import jobs
+    from analytics.report import ReportData, render
+
+    t_start = time.perf_counter()
+    timings = Timings()
+    events = read_events(spark, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        t0 = time.perf_counter()
+        n_events = events.count()
+        t0 = timings.mark("read", t0)
+        counts = events.agg(
+            F.count(F.when(F.col("error").isNotNull(), 1)).alias("errors"),
+            F.countDistinct("vid").alias("vehicles"),
+            F.min("time").alias("first"),
+            F.max("time").alias("last"),
+        ).first()
+        summary: dict[str, Any] = {
+            "events": n_events,
+            "error_rows": counts["errors"],
+            "vehicles": counts["vehicles"],
+            "first_event": counts["first"].isoformat() if counts["first"] else None,
+            "last_event": counts["last"].isoformat() if counts["last"] else None,
+        }
+        rd = ReportData(
+            range_text=(
+                f"stream {cfg.stream}, env {cfg.env}, from {cfg.start.isoformat() if cfg.start else 'the beginning'}"
+                f" to {cfg.end.isoformat() if cfg.end else 'now'}, master {cfg.master}"
+            )
+        )
+
+        def write(df: Any, name: str) -> None:
+            df.write.mode("overwrite").parquet(_path(cfg.out, name))
+
+        if "flights" in cfg.jobs:
+            fl = jobs.flights(events).persist()
+            write(fl, "flights")
+            summary["flights"] = fl.count()
+            summary["flights_complete"] = fl.where("complete").count()
+            per_vid = fl.groupBy("vid").count().orderBy(F.desc("count"), "vid").limit(30).collect()
+            rd.flights_per_vehicle = [(r["vid"], float(r["count"])) for r in per_vid]
+            fl.unpersist()
+            t0 = timings.mark("flights", t0)
+
+        if "commands" in cfg.jobs:
+            write(jobs.commands(events), "commands")
+            lat = jobs.command_latency(events).orderBy("name")
+            write(lat.coalesce(1), "command_latency")
+            rd.command_rows = [r.asDict() for r in lat.collect()]
+            summary["cmd_results"] = sum(int(r["count"]) for r in rd.command_rows)
+            t0 = timings.mark("commands", t0)
+
+        if "failsafes" in cfg.jobs:
+            fse = jobs.failsafe_events(events).persist()
+            write(fse, "failsafe_events")
+            write(jobs.failsafes(events), "failsafes")
+            summary["failsafes"] = fse.count()
+            per_day = (
+                fse.groupBy(F.date_format("time", "yyyy-MM-dd").alias("day"), "failsafe_type")
+                .count()
+                .orderBy("day")
+                .collect()
+            )
+            days = sorted({r["day"] for r in per_day})
+            series: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(days))
+            for r in per_day:
+                series[r["failsafe_type"]][days.index(r["day"])] = float(r["count"])
+            rd.failsafe_days, rd.failsafe_series = days, dict(sorted(series.items()))
+            top = (
+                fse.groupBy("vid")
+                .agg(F.count("*").alias("failsafes"), F.concat_ws(", ", F.array_sort(F.collect_set("failsafe_type"))).alias("types"))
+                .orderBy(F.desc("failsafes"), "vid")
+                .limit(15)
+                .collect()
+            )
+            rd.top_failsafe_vehicles = [r.asDict() for r in top]
+            fse.unpersist()
+            t0 = timings.mark("failsafes", t0)
+
+        if "timeline" in cfg.jobs:
+            for vid in cfg.vids:
+                tl = jobs.timeline(events, vid, cfg.start, cfg.end)
+                write(tl.coalesce(1), f"timeline/{vid}")
+                rows = tl.limit(TIMELINE_REPORT_ROWS).collect()
+                rd.timelines[vid] = [
+                    {**r.asDict(), "time": r["time"].isoformat() if r["time"] else None} for r in rows
+                ]
+            t0 = timings.mark("timeline", t0)
+    finally:
+        events.unpersist()
+
+    summary["timings_s"] = timings.steps
+    summary["total_s"] = round(time.perf_counter() - t_start, 3)
+    rd.summary = {k: v for k, v in summary.items() if not isinstance(v, dict)}
+    out_local = None if "://" in cfg.out else Path(cfg.out)
+    if out_local is not None:
+        out_local.mkdir(parents=True, exist_ok=True)
+        (out_local / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if cfg.report:
+            (out_local / "report.html").write_text(render(rd), encoding="utf-8")
+    summary["timelines"] = rd.timelines
+    return summary
+
+
+def _time_arg(value: str) -> dt.datetime:
+    us = parse_time_us(value, key="time")
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gateway.natsconn import add_nats_arguments
+
+    p = argparse.ArgumentParser(prog="mavjet replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--since", help="replay the last DURATION (e.g. 24h, 7d)")
+    when.add_argument("--from", dest="start", help="start time, ISO 8601 UTC (with --to)")
+    p.add_argument("--to", dest="end", help="end time, ISO 8601 UTC (exclusive)")
+    p.add_argument("--master", default="local[*]", help="Spark master: local[*] or spark://host:port")
+    p.add_argument("--out", required=True, help="output directory (Parquet per job, summary.json, report.html)")
+    p.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of: " + ", ".join(JOBS))
+    p.add_argument("--vid", action="append", default=[], help="vehicle for the timeline job (repeatable)")
+    p.add_argument("--stream", default=EVENTS_STREAM)
+    p.add_argument("--partitions", type=int, help="read partitions (default: one per 250k sequences, >= 2)")
+    p.add_argument("--no-report", action="store_true")
+    add_nats_arguments(p)
+    return p
+
+
+def config_from_args(args: argparse.Namespace, *, now: dt.datetime | None = None) -> ReplayConfig:
+    start = end = None
+    if args.since:
+        try:
+            since_s = parse_duration_s(args.since)
+        except ValueError as exc:
+            raise ConfigError("since", str(exc)) from exc
+        start = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=since_s)
+    elif args.start:
+        start = _time_arg(args.start)
+    if args.end:
+        end = _time_arg(args.end)
+    jobs = tuple(j.strip() for j in args.jobs.split(",") if j.strip())
+    if args.vid and "timeline" not in jobs:
+        jobs = (*jobs, "timeline")
+    return ReplayConfig(
+        out=args.out, url=args.nats, env=args.env, master=args.master, stream=args.stream, start=start, end=end,
+        creds=args.creds, partitions=args.partitions, jobs=jobs, vids=tuple(args.vid), report=not args.no_report,
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        print(f"mavjet replay: {exc}", file=sys.stderr)
+        return 2
+    from analytics.session import get_spark
+
+    t0 = time.perf_counter()
+    spark = get_spark(cfg.master)
+    try:
+        summary = run_replay(spark, cfg)
+    except MavjetError as exc:
+        print(f"mavjet replay: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # Spark wraps worker errors; show the cause, not a JVM trace
+        print(f"mavjet replay: failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    timelines = summary.pop("timelines", {})
+    for vid, rows in timelines.items():
+        print(f"--- timeline {vid} ({len(rows)} events shown)")
+        for r in rows:
+            print(f"{r['time']}  {r['type']:<22} {r['summary']}")
+    summary["wall_s"] = round(time.perf_counter() - t0, 3)
+    print(json.dumps(summary, indent=2))
+    print(f"wrote {cfg.out}/ (Parquet per job, summary.json, report.html)", file=sys.stderr)
+    return 0
+
+
+__all__ = ["JOBS", "ReplayConfig", "config_from_args", "format_time_us", "main", "run_replay"]

@@ -1,0 +1,60 @@
+"""Building the SparkSession the jobs run in: loopback-bound, UI off, source registered.
+
+Starting Spark costs ~4.5 s here (PERFORMANCE.md), so one session is built per
+process and shared by every job. The same code runs on `local[*]` and on a
+standalone cluster (`spark://host:7077`): the only difference is `master`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+
+def spark_conf(master: str, *, bind_host: str = LOOPBACK, shuffle_partitions: int = 8) -> dict[str, str]:
+    """The configuration the jobs need. Pure, so it can be checked without Spark."""
+    return {
+        "spark.master": master,
+        "spark.driver.host": bind_host,
+        "spark.driver.bindAddress": bind_host,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        # Workers run the data source; they must use the same interpreter
+        # (and therefore the same installed packages) as the driver.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.executorEnv.SPARK_LOCAL_IP": bind_host,
+    }
+
+
+def get_spark(
+    master: str = "local[*]",
+    *,
+    app_name: str = "mavjet-replay",
+    bind_host: str = LOOPBACK,
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    """Get or create the process's SparkSession with the `jetstream` source registered."""
+    os.environ.setdefault("SPARK_LOCAL_IP", bind_host)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from analytics.source import register
+
+    builder = SparkSession.builder.appName(app_name)
+    conf = spark_conf(master, bind_host=bind_host)
+    conf.update(extra_conf or {})
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

@@ -1,0 +1,486 @@
+"""`mavjet sim audit`: publish a realistic synthetic event history to TWIN_EVENTS.
+
+Replaying 90 days of a fleet needs 90 days of a fleet; this generates one:
+per vehicle and day a few flights (armed, takeoff, mode changes, mission
+items, landed, disarmed), failsafes with the mode they forced and the
+landing that followed, statustext, operator commands with their cmd_result
+(result mix and latencies), link outages. Payloads follow docs/events.md
+exactly, so the analytics jobs cannot tell it from gateway output.
+
+Generation is pure and deterministic: every (seed, vehicle, day) has its own
+random stream, so the history does not depend on publish order or on how many
+vehicles are generated. `Truth` records what was generated (counts, and if
+asked the flights, failsafes and commands) so tests can check job output
+against the known history. Publishing uses `publish_async` batching with
+`Nats-Msg-Id`, so publishing the same history twice within the stream's
+duplicate window stores it once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import math
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from drivers.errors import ConfigError
+
+DAY_NS = 86_400 * 10**9
+MS = 10**6
+
+FAILSAFE_TYPES = ("battery", "gcs", "radio", "ekf", "geofence")
+MODES = {
+    "ardupilot": {"ground": "STABILIZE", "takeoff": "GUIDED", "mission": "AUTO", "loiter": "LOITER"},
+    "px4": {"ground": "POSCTL", "takeoff": "TAKEOFF", "mission": "MISSION", "loiter": "HOLD"},
+}
+CUSTOM_MODE = {
+    "STABILIZE": 0, "GUIDED": 4, "AUTO": 3, "LOITER": 5, "RTL": 6, "LAND": 9,
+    "POSCTL": 3, "TAKEOFF": 4, "MISSION": 4, "HOLD": 4,
+}
+SEVERITY_NAMES = ("EMERGENCY", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG")
+# Results of the occasional extra commands (goto, param_set...), by weight.
+EXTRA_RESULTS = (("accepted", 80), ("rejected", 6), ("failed", 4), ("timeout", 4), ("expired", 3), ("invalid", 3))
+MAV_RESULT = {"accepted": 0, "rejected": 2, "failed": 4, "timeout": None, "expired": None, "invalid": None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditConfig:
+    vehicles: int
+    days: int
+    seed: int = 1
+    env: str = "prod"
+    end_ns: int  # history ends here (exclusive); days run back from it
+    flights_per_day: float = 1.0
+    failsafe_prob: float = 0.15
+    link_loss_prob: float = 0.05
+    extra_commands_per_flight: float = 0.5
+    base_lat_deg: float = 47.397742
+    base_lon_deg: float = 8.545594
+
+    def __post_init__(self) -> None:
+        if self.vehicles < 1 or self.vehicles > 1_000_000:
+            raise ConfigError("vehicles", "must be 1..1000000")
+        if self.days < 1 or self.days > 3650:
+            raise ConfigError("days", "must be 1..3650")
+        if not 0 <= self.failsafe_prob <= 1 or not 0 <= self.link_loss_prob <= 1:
+            raise ConfigError("failsafe_prob", "probabilities must be within 0..1")
+        if not 0 < self.flights_per_day <= 24:
+            raise ConfigError("flights_per_day", "must be > 0 and <= 24")
+
+    @property
+    def start_ns(self) -> int:
+        return self.end_ns - self.days * DAY_NS
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    time_ns: int
+    vid: str
+    type: str
+    data: dict[str, Any]
+    msg_id: str
+
+
+@dataclass(slots=True, kw_only=True)
+class FlightTruth:
+    vid: str
+    start_ns: int
+    end_ns: int
+    max_alt_m: float
+    distance_m: float
+    battery_used_pct: float
+    modes: list[str]
+    failsafes: list[str]
+
+
+@dataclass(slots=True, kw_only=True)
+class FailsafeTruth:
+    vid: str
+    time_ns: int
+    failsafe_type: str
+    landed_ns: int
+
+
+@dataclass(slots=True, kw_only=True)
+class CommandTruth:
+    vid: str
+    name: str
+    result: str
+    latency_ms: float
+
+
+@dataclass(slots=True, kw_only=True)
+class Truth:
+    """What was generated. Details are kept only when asked (they grow with the history)."""
+
+    keep_detail: bool = True
+    events: int = 0
+    by_type: Counter[str] = field(default_factory=Counter)
+    flights_by_vid: Counter[str] = field(default_factory=Counter)
+    failsafes_by_type: Counter[str] = field(default_factory=Counter)
+    commands_by_result: Counter[str] = field(default_factory=Counter)
+    flights: list[FlightTruth] = field(default_factory=list)
+    failsafes: list[FailsafeTruth] = field(default_factory=list)
+    commands: list[CommandTruth] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "flights": sum(self.flights_by_vid.values()),
+            "vehicles_with_flights": len(self.flights_by_vid),
+            "by_type": dict(sorted(self.by_type.items())),
+            "failsafes_by_type": dict(sorted(self.failsafes_by_type.items())),
+            "commands_by_result": dict(sorted(self.commands_by_result.items())),
+        }
+
+
+def haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    r = 6_371_000.0
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * r * math.asin(min(1.0, math.sqrt(a)))
+
+
+def vid_name(i: int) -> str:
+    return f"VID-{i:04d}"
+
+
+class _Vehicle:
+    """Mutable per-vehicle state while one day is generated (position, battery, mode)."""
+
+    def __init__(self, cfg: AuditConfig, index: int, day: int, truth: Truth) -> None:
+        self.cfg = cfg
+        self.truth = truth
+        self.vid = vid_name(index)
+        self.rng = random.Random(f"mavjet-audit:{cfg.seed}:{index}:{day}")
+        home_rng = random.Random(f"mavjet-audit-home:{cfg.seed}:{index}")
+        self.flavour = "ardupilot" if home_rng.random() < 0.7 else "px4"
+        self.home = (
+            cfg.base_lat_deg + home_rng.uniform(-0.5, 0.5),
+            cfg.base_lon_deg + home_rng.uniform(-0.5, 0.5),
+        )
+        self.modes = MODES[self.flavour]
+        self.mode = self.modes["ground"]
+        self.armed = False
+        self.lat, self.lon = self.home
+        self.alt_m = 0.0
+        self.battery_pct = 100.0
+        self.t_ns = cfg.start_ns + day * DAY_NS
+        self.events: list[Event] = []
+        self.cmd_n = 0
+        self.day = day
+
+    # -- building blocks -------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "armed": self.armed,
+            "lat_deg": round(self.lat, 7),
+            "lon_deg": round(self.lon, 7),
+            "alt_m": round(self.alt_m, 2),
+            "alt_msl_m": round(self.alt_m + 488.0, 2),
+            "battery_pct": round(self.battery_pct, 1),
+            "flavour": self.flavour,
+        }
+
+    def advance(self, lo_s: float, hi_s: float) -> None:
+        self.t_ns += int(self.rng.uniform(lo_s, hi_s) * 1e9) + MS  # strictly increasing
+
+    def emit(self, etype: str, extra: dict[str, Any] | None = None, disc: str = "") -> None:
+        data = self.snapshot()
+        if extra:
+            data.update(extra)
+        msg_id = f"{self.vid}:{etype}:{self.t_ns}" + (f":{disc}" if disc else "")
+        self.events.append(Event(self.t_ns, self.vid, etype, data, msg_id))
+        self.truth.events += 1
+        self.truth.by_type[etype] += 1
+
+    def command(self, name: str, result: str = "accepted") -> None:
+        self.cmd_n += 1
+        cmd_id = f"{self.vid}-{self.day}-{self.cmd_n}"
+        if result == "timeout":
+            latency_ms = round(self.rng.uniform(3000, 6000), 1)
+        elif result in ("expired", "invalid"):
+            latency_ms = round(self.rng.uniform(0.2, 3.0), 2)
+        else:
+            latency_ms = round(self.rng.lognormvariate(math.log(45.0), 0.6), 2)
+        self.t_ns += int(latency_ms * MS) + MS
+        self.emit(
+            "cmd_result",
+            {
+                "cmd_id": cmd_id,
+                "name": name,
+                "result": result,
+                "mav_result": MAV_RESULT[result],
+                "detail": "" if result == "accepted" else f"{name} {result}",
+                "attempts": 1 if result != "timeout" else 3,
+                "latency_ms": latency_ms,
+            },
+            disc=cmd_id,
+        )
+        self.truth.commands_by_result[result] += 1
+        if self.truth.keep_detail:
+            self.truth.commands.append(CommandTruth(vid=self.vid, name=name, result=result, latency_ms=latency_ms))
+
+    def set_mode(self, mode: str, flight_modes: list[str]) -> None:
+        prev, self.mode = self.mode, mode
+        self.emit("mode_changed", {"previous_mode": prev, "custom_mode": CUSTOM_MODE.get(mode, 0)})
+        flight_modes.append(mode)
+
+    def statustext(self, severity: int, text: str) -> None:
+        self.emit("statustext", {"severity": severity, "severity_name": SEVERITY_NAMES[severity], "text": text})
+
+    # -- one flight --------------------------------------------------------
+    def fly(self) -> None:
+        rng = self.rng
+        flight_modes: list[str] = [self.mode]
+        failsafes: list[str] = []
+        self.battery_pct = round(rng.uniform(92.0, 100.0), 1)
+        if rng.random() < 0.05:
+            self.command("arm", "rejected")
+            self.statustext(3, "PreArm: Battery below minimum arming voltage")
+            self.advance(5, 30)
+        self.command("arm")
+        self.armed = True
+        start_ns = self.t_ns
+        start_batt = self.battery_pct
+        self.emit("armed")
+        self.advance(1, 3)
+        self.set_mode(self.modes["takeoff"], flight_modes)
+        self.advance(0.5, 2)
+        self.command("takeoff")
+        takeoff_ns = self.t_ns
+        target_alt = round(rng.uniform(20.0, 120.0), 1)
+        self.alt_m = 1.5
+        self.emit("takeoff")
+        max_alt = 1.5
+        distance = 0.0
+        self.advance(5, 15)
+        self.alt_m = target_alt
+        max_alt = max(max_alt, self.alt_m)
+        self.command("mission_start")
+        self.set_mode(self.modes["mission"], flight_modes)
+        n_items = rng.randint(2, 6)
+        fs_at = rng.randint(1, n_items) if rng.random() < self.cfg.failsafe_prob else 0
+        link_at = rng.randint(1, n_items) if rng.random() < self.cfg.link_loss_prob else 0
+        failsafe_ns = 0
+        for item in range(1, n_items + 1):
+            self.advance(20, 120)
+            lat = self.lat + rng.uniform(-0.004, 0.004)
+            lon = self.lon + rng.uniform(-0.004, 0.004)
+            distance += haversine_m(self.lat, self.lon, lat, lon)
+            self.lat, self.lon = lat, lon
+            self.alt_m = round(target_alt + rng.uniform(-5.0, 15.0), 1)
+            max_alt = max(max_alt, self.alt_m)
+            self.battery_pct = max(5.0, round(self.battery_pct - rng.uniform(2.0, 8.0), 1))
+            self.emit("mission_item_reached", {"seq": item})
+            if rng.random() < self.cfg.extra_commands_per_flight / n_items:
+                self.advance(0.5, 3)
+                names = ("goto", "param_set", "set_mode", "rtl")
+                self.command(rng.choice(names[:2]), _weighted(rng, EXTRA_RESULTS))
+            if item == link_at:
+                self.advance(1, 3)
+                self.emit("link_lost", {"heartbeat_age_s": round(rng.uniform(3.0, 6.0), 1)})
+                outage = round(rng.uniform(5.0, 90.0), 1)
+                self.t_ns += int(outage * 1e9)
+                self.emit("link_restored", {"outage_s": outage})
+            if item == fs_at:
+                self.advance(1, 10)
+                fs_type = rng.choice(FAILSAFE_TYPES)
+                action = "LAND" if fs_type in ("battery", "ekf") else "RTL"
+                if fs_type == "battery":
+                    self.battery_pct = round(rng.uniform(10.0, 20.0), 1)
+                failsafe_ns = self.t_ns
+                self.emit("failsafe", {"failsafe_type": fs_type, "action_taken": action, "system_status": 5})
+                self.statustext(2, f"Failsafe: {fs_type}, {action}")
+                self.advance(0.1, 1)
+                self.set_mode(action, flight_modes)
+                failsafes.append(fs_type)
+                self.truth.failsafes_by_type[fs_type] += 1
+                break
+        if not failsafe_ns:
+            self.advance(1, 5)
+            self.command("rtl")
+            self.set_mode("RTL", flight_modes)
+        # the way home (or down)
+        self.advance(30, 180)
+        if self.mode == "RTL":
+            distance += haversine_m(self.lat, self.lon, *self.home)
+            self.lat, self.lon = self.home
+        self.battery_pct = max(3.0, round(self.battery_pct - rng.uniform(2.0, 6.0), 1))
+        self.alt_m = 0.0
+        self.emit(
+            "landed",
+            {"max_alt_m": round(max_alt, 2), "distance_m": round(distance, 1),
+             "flight_s": round((self.t_ns - takeoff_ns) / 1e9, 1)},
+        )
+        landed_ns = self.t_ns
+        self.advance(2, 10)
+        self.armed = False
+        used = round(start_batt - self.battery_pct, 1)
+        self.emit(
+            "disarmed",
+            {"max_alt_m": round(max_alt, 2), "distance_m": round(distance, 1), "battery_used_pct": used,
+             "flight_s": round((self.t_ns - start_ns) / 1e9, 1)},
+        )
+        end_ns = self.t_ns
+        self.mode = self.modes["ground"]
+        self.truth.flights_by_vid[self.vid] += 1
+        if self.truth.keep_detail:
+            dedup: list[str] = []
+            for m in flight_modes:
+                if m not in dedup:
+                    dedup.append(m)
+            self.truth.flights.append(
+                FlightTruth(vid=self.vid, start_ns=start_ns, end_ns=end_ns, max_alt_m=round(max_alt, 2),
+                            distance_m=round(distance, 1), battery_used_pct=used, modes=dedup,
+                            failsafes=failsafes)
+            )
+            if failsafe_ns:
+                self.truth.failsafes.append(
+                    FailsafeTruth(vid=self.vid, time_ns=failsafe_ns, failsafe_type=failsafes[0], landed_ns=landed_ns)
+                )
+
+    def day_events(self) -> list[Event]:
+        rng = self.rng
+        fpd = self.cfg.flights_per_day
+        n = int(fpd) + (1 if rng.random() < fpd - int(fpd) else 0)
+        day_start = self.t_ns
+        slot_ns = DAY_NS // max(n, 1)
+        # 06:00 .. the gateway comes up with the vehicle
+        for k in range(n):
+            self.t_ns = max(self.t_ns, day_start + k * slot_ns + int(rng.uniform(0.05, 0.3) * slot_ns))
+            if k == 0:
+                self.emit("gateway_started", {"gateway": f"gw-{self.vid}", "version": "0.1.0"})
+                self.advance(5, 60)
+            self.fly()
+        return self.events
+
+
+def _weighted(rng: random.Random, table: tuple[tuple[str, int], ...]) -> str:
+    total = sum(w for _, w in table)
+    x = rng.uniform(0, total)
+    for name, w in table:
+        x -= w
+        if x <= 0:
+            return name
+    return table[-1][0]
+
+
+def generate(cfg: AuditConfig, truth: Truth) -> Iterator[list[Event]]:
+    """Yield one day of the fleet's history at a time, time-ordered across vehicles."""
+    for day in range(cfg.days):
+        events: list[Event] = []
+        for i in range(1, cfg.vehicles + 1):
+            events.extend(_Vehicle(cfg, i, day, truth).day_events())
+        events.sort(key=lambda e: (e.time_ns, e.vid))
+        yield events
+
+
+async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | None = None) -> int:
+    """Publish the history; returns the number of events published."""
+    from gateway.envelope import CONTENT_TYPE, pack
+    from gateway.subjects import event_subject
+
+    n = 0
+    for day in generate(cfg, truth):
+        for ev in day:
+            if max_events is not None and n >= max_events:
+                break
+            headers = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": ev.msg_id}
+            await js.publish_async(
+                event_subject(cfg.env, ev.vid, ev.type), pack(ev.vid, ev.time_ns, ev.data), headers=headers
+            )
+            n += 1
+        if max_events is not None and n >= max_events:
+            break
+    await asyncio.wait_for(js.publish_async_completed(), timeout=120)
+    return n
+
+
+async def ensure_stream(nc: Any, env: str) -> None:
+    """Provision the twin's resources if TWIN_EVENTS does not exist yet."""
+    from nats.js.errors import NotFoundError
+
+    from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+    from gateway.subjects import EVENTS_STREAM
+
+    js = nc.jetstream()
+    try:
+        await js.stream_info(EVENTS_STREAM)
+    except NotFoundError:
+        await provision(js, load_definitions(DEFINITIONS_DIR, env=env, replicas=1))
+
+
+def default_end_ns() -> int:
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    return int(now.timestamp()) * 10**9
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gateway.natsconn import add_nats_arguments
+
+    p = argparse.ArgumentParser(
+        prog="mavjet sim audit",
+        description="Publish a synthetic, deterministic event history for N vehicles over D days to TWIN_EVENTS.",
+    )
+    p.add_argument("--vehicles", type=int, required=True)
+    p.add_argument("--days", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--end", help="history ends at this UTC time (ISO 8601; default: the current hour)")
+    p.add_argument("--flights-per-day", type=float, default=1.0)
+    p.add_argument("--failsafe-prob", type=float, default=0.15, help="chance a flight ends in a failsafe")
+    p.add_argument("--max-events", type=int, help="stop after publishing this many events")
+    p.add_argument("--json", help="also write the ground-truth summary to this file")
+    add_nats_arguments(p)
+    return p
+
+
+async def _run(args: argparse.Namespace, cfg: AuditConfig, truth: Truth) -> int:
+    from gateway import natsconn
+
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-sim-audit"))
+    try:
+        await ensure_stream(nc, cfg.env)
+        return await publish(nc.jetstream(publish_async_max_pending=4000), cfg, truth, max_events=args.max_events)
+    finally:
+        await nc.close()
+
+
+def main(argv: list[str]) -> int:
+    from analytics.options import parse_time_us
+    from gateway.natsconn import NatsUnavailable
+
+    args = build_parser().parse_args(argv)
+    try:
+        end_ns = parse_time_us(args.end, key="end") * 1000 if args.end else default_end_ns()
+        cfg = AuditConfig(
+            vehicles=args.vehicles, days=args.days, seed=args.seed, env=args.env, end_ns=end_ns,
+            flights_per_day=args.flights_per_day, failsafe_prob=args.failsafe_prob,
+        )
+    except ConfigError as exc:
+        print(f"mavjet sim audit: {exc}", file=sys.stderr)
+        return 2
+    truth = Truth(keep_detail=False)
+    try:
+        published = asyncio.run(_run(args, cfg, truth))
+    except NatsUnavailable as exc:
+        print(f"mavjet sim audit: {exc}", file=sys.stderr)
+        return 1
+    summary = {"published": published, "seed": cfg.seed, "env": cfg.env,
+               "start": dt.datetime.fromtimestamp(cfg.start_ns / 1e9, dt.UTC).isoformat(),
+               "end": dt.datetime.fromtimestamp(cfg.end_ns / 1e9, dt.UTC).isoformat(), **truth.summary()}
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return 0
