@@ -27,7 +27,7 @@ from typing import Any
 
 from drivers.mavlink.params import values_equal
 from gateway.shadow.document import Desired
-from gateway.shadow.fence import fence_params, rate_matches
+from gateway.shadow.fence import rate_matches
 
 
 def retry_delay_s(attempts: int, initial_s: float, max_s: float, factor: float = 2.0) -> float:
@@ -113,7 +113,7 @@ def wanted_params(desired: Desired) -> dict[str, float]:
     """Every parameter the document wants: `params` plus those its geofence implies."""
     out = dict(desired.params)
     if desired.geofence is not None and "geofence" not in desired.errors:
-        out.update(fence_params(desired.geofence))
+        out.update(desired.geofence.params())
     return out
 
 
@@ -132,7 +132,7 @@ def config_delta(desired: Desired, live: LiveConfig, fence_want_digest: str | No
     ):
         out["mission"] = Mismatch(desired.mission.digest, live.mission_digest)
     if desired.geofence is not None:
-        for name, value in fence_params(desired.geofence).items():
+        for name, value in desired.geofence.params().items():
             got = live.params.get(name)
             if got is None or not values_equal(value, got[0], got[1]):
                 out[f"geofence.{name}"] = Mismatch(value, None if got is None else got[0])

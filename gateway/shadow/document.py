@@ -15,8 +15,9 @@ Fields (any may be absent: absent = no opinion):
 
 - `mode` (str), `armed` (bool) — flight state, applied once per revision.
 - `params` {NAME: number}, `mission` {object, digest}, `geofence`
-  {polygons, circles, max_alt_m, action, enabled}, `rates` {channel: hz} —
-  configuration, level-triggered.
+  {polygons, circles, max_alt_m, action}, `rates` {channel: hz} —
+  configuration, level-triggered. The geofence schema and its conversion
+  to FENCE items and parameters are drivers.mavlink.fence's.
 """
 
 from __future__ import annotations
@@ -29,17 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from drivers.mavlink.fence import Geofence, GeofenceError, geofence_from_dict
 from drivers.mavlink.params import INT_TYPES, PARAM_ID_MAX_LEN
 
 FLIGHT_FIELDS = ("mode", "armed")
 CONFIG_FIELDS = ("params", "mission", "geofence", "rates")
 FIELDS = FLIGHT_FIELDS + CONFIG_FIELDS
 MAX_DOC_BYTES = 1024 * 1024  # the bucket's max value size
-
-# FENCE_ACTION values (ArduPilot); the names operators write.
-FENCE_ACTIONS: dict[str, int] = {
-    "report": 0, "rtl": 1, "land": 2, "smart_rtl": 3, "brake": 4, "smart_rtl_or_land": 5,
-}
 
 # Stream-rate channels → the MAVLink message whose interval they set. Upper-case
 # MAVLink message names are accepted as well (see `fence.rate_message_id`).
@@ -77,29 +74,6 @@ class MissionSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Polygon:
-    inclusion: bool
-    vertices: tuple[tuple[float, float], ...]  # (lat_deg, lon_deg)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Circle:
-    inclusion: bool
-    lat_deg: float
-    lon_deg: float
-    radius_m: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FenceSpec:
-    polygons: tuple[Polygon, ...] = ()
-    circles: tuple[Circle, ...] = ()
-    max_alt_m: float | None = None
-    action: str | None = None
-    enabled: bool = True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Desired:
     """A parsed desired document at one KV revision."""
 
@@ -108,7 +82,7 @@ class Desired:
     armed: bool | None = None
     params: Mapping[str, float] = field(default_factory=dict)
     mission: MissionSpec | None = None
-    geofence: FenceSpec | None = None
+    geofence: Geofence | None = None
     rates: Mapping[str, float] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)  # path -> reason
     raw: Mapping[str, Any] = field(default_factory=dict)  # the document as written (valid JSON object only)
@@ -189,78 +163,12 @@ def _parse_mission(raw: Any, errors: dict[str, str]) -> MissionSpec | None:
     return MissionSpec(object=obj.strip(), digest=dig.lower())
 
 
-def _parse_geofence(raw: Any, errors: dict[str, str]) -> FenceSpec | None:
-    if not isinstance(raw, Mapping):
-        errors["geofence"] = "expected an object {polygons, circles, max_alt_m, action, enabled}"
+def _parse_geofence(raw: Any, errors: dict[str, str]) -> Geofence | None:
+    try:
+        return geofence_from_dict(raw)
+    except GeofenceError as exc:
+        errors[exc.path] = exc.reason
         return None
-    before = len(errors)
-    unknown = sorted(set(raw) - {"polygons", "circles", "max_alt_m", "action", "enabled"})
-    if unknown:
-        errors["geofence"] = f"unknown keys {unknown} (allowed: polygons, circles, max_alt_m, action, enabled)"
-        return None
-    polygons: list[Polygon] = []
-    raw_polys = raw.get("polygons", [])
-    if not isinstance(raw_polys, list):
-        errors["geofence.polygons"] = "expected a list"
-        raw_polys = []
-    for i, p in enumerate(raw_polys):
-        path = f"geofence.polygons[{i}]"
-        if not isinstance(p, Mapping) or not isinstance(p.get("polygon"), list):
-            errors[path] = "expected {\"inclusion\": bool, \"polygon\": [[lat, lon], ...]}"
-            continue
-        inclusion = p.get("inclusion", True)
-        if not isinstance(inclusion, bool):
-            errors[f"{path}.inclusion"] = "expected true or false"
-            continue
-        verts = [_lat_lon(v, f"{path}.polygon[{k}]", errors) for k, v in enumerate(p["polygon"])]
-        if any(v is None for v in verts):
-            continue
-        if len(verts) < 3:
-            errors[f"{path}.polygon"] = f"a polygon needs at least 3 vertices, got {len(verts)}"
-            continue
-        polygons.append(Polygon(inclusion=inclusion, vertices=tuple(v for v in verts if v is not None)))
-    circles: list[Circle] = []
-    raw_circles = raw.get("circles", [])
-    if not isinstance(raw_circles, list):
-        errors["geofence.circles"] = "expected a list"
-        raw_circles = []
-    for i, c in enumerate(raw_circles):
-        path = f"geofence.circles[{i}]"
-        if not isinstance(c, Mapping):
-            errors[path] = "expected {\"inclusion\": bool, \"center\": [lat, lon], \"radius_m\": number}"
-            continue
-        inclusion = c.get("inclusion", True)
-        if not isinstance(inclusion, bool):
-            errors[f"{path}.inclusion"] = "expected true or false"
-            continue
-        center = _lat_lon(c.get("center"), f"{path}.center", errors)
-        radius = _finite(c.get("radius_m"))
-        if radius is None or radius <= 0:
-            errors[f"{path}.radius_m"] = f"expected a positive radius in metres, got {c.get('radius_m')!r}"
-            continue
-        if center is not None:
-            circles.append(Circle(inclusion=inclusion, lat_deg=center[0], lon_deg=center[1], radius_m=radius))
-    max_alt: float | None = None
-    if raw.get("max_alt_m") is not None:
-        max_alt = _finite(raw["max_alt_m"])
-        if max_alt is None or not 1 <= max_alt <= 10_000:
-            errors["geofence.max_alt_m"] = f"expected metres in [1, 10000], got {raw['max_alt_m']!r}"
-            max_alt = None
-    action = raw.get("action")
-    if action is not None and action not in FENCE_ACTIONS:
-        errors["geofence.action"] = f"unknown action {action!r} (known: {', '.join(FENCE_ACTIONS)})"
-    enabled = raw.get("enabled", True)
-    if not isinstance(enabled, bool):
-        errors["geofence.enabled"] = "expected true or false"
-    if len(errors) > before:
-        return None
-    if enabled and not polygons and not circles and max_alt is None:
-        errors["geofence"] = "an enabled geofence needs polygons, circles or max_alt_m"
-        return None
-    return FenceSpec(
-        polygons=tuple(polygons), circles=tuple(circles), max_alt_m=max_alt,
-        action=action if isinstance(action, str) else None, enabled=bool(enabled),
-    )
 
 
 def _parse_rates(raw: Any, errors: dict[str, str]) -> dict[str, float]:

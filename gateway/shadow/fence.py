@@ -1,12 +1,9 @@
-"""Geofence and stream-rate specs in MAVLink terms. Pure.
+"""Reported geofence and stream-rate specs in MAVLink terms. Pure.
 
-A desired geofence becomes two things on an ArduPilot vehicle: FENCE mission
-items (polygon vertices and circles, uploaded with the mission protocol as
-mission_type FENCE) and parameters (FENCE_ENABLE, FENCE_TYPE, FENCE_ALT_MAX,
-FENCE_ACTION). Both are verified by reading back: the items by download and
-digest, the parameters by PARAM_VALUE. The item conversion is the `.plan`
-one from drivers.mavlink.plan, so a fence drawn in QGroundControl and one
-written in a desired document produce the same items.
+A desired geofence (drivers.mavlink.fence.Geofence) is two things on an
+ArduPilot vehicle: FENCE mission items and parameters. `fence_to_json` turns
+what was read back (items downloaded, PARAM_VALUEs) into the document shape
+for `reported.geofence`.
 
 A desired rate names a telemetry channel (or a MAVLink message) and a rate
 in Hz; it is applied with MAV_CMD_SET_MESSAGE_INTERVAL.
@@ -17,53 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.fence import FENCE_ACTIONS
 from drivers.mavlink.mission import MissionItem
-from drivers.mavlink.plan import digest, plan_from_dict
-from gateway.shadow.document import FENCE_ACTIONS, RATE_CHANNELS, FenceSpec
-
-# ArduPilot FENCE_TYPE bits.
-FENCE_TYPE_ALT_MAX = 1
-FENCE_TYPE_CIRCLE = 2  # home-centred circle of FENCE_RADIUS (not used: circles here are items)
-FENCE_TYPE_POLYGON = 4  # polygon and circle fence items
-
-
-def fence_items(spec: FenceSpec) -> tuple[MissionItem, ...]:
-    """The FENCE items for `spec` (inclusion/exclusion polygons, then circles)."""
-    doc: dict[str, Any] = {
-        "fileType": "Plan",
-        "mission": {"version": 2, "items": []},
-        "geoFence": {
-            "polygons": [
-                {"inclusion": p.inclusion, "polygon": [[lat, lon] for lat, lon in p.vertices]} for p in spec.polygons
-            ],
-            "circles": [
-                {"inclusion": c.inclusion, "circle": {"center": [c.lat_deg, c.lon_deg], "radius": c.radius_m}}
-                for c in spec.circles
-            ],
-        },
-    }
-    return plan_from_dict(doc).fence
-
-
-def fence_digest(items: tuple[MissionItem, ...] | list[MissionItem]) -> str:
-    return digest(items)
-
-
-def fence_params(spec: FenceSpec) -> dict[str, float]:
-    """The parameters that make `spec` active (only those it has an opinion on)."""
-    out: dict[str, float] = {"FENCE_ENABLE": 1.0 if spec.enabled else 0.0}
-    if not spec.enabled:
-        return out
-    ftype = 0
-    if spec.max_alt_m is not None:
-        ftype |= FENCE_TYPE_ALT_MAX
-        out["FENCE_ALT_MAX"] = spec.max_alt_m
-    if spec.polygons or spec.circles:
-        ftype |= FENCE_TYPE_POLYGON
-    out["FENCE_TYPE"] = float(ftype)
-    if spec.action is not None:
-        out["FENCE_ACTION"] = float(FENCE_ACTIONS[spec.action])
-    return out
+from drivers.mavlink.plan import digest
+from gateway.shadow.document import RATE_CHANNELS
 
 
 def fence_to_json(items: list[MissionItem] | tuple[MissionItem, ...], params: dict[str, float]) -> dict[str, Any]:
@@ -85,7 +39,7 @@ def fence_to_json(items: list[MissionItem] | tuple[MissionItem, ...], params: di
         if it.command in poly_cmds:
             n = max(1, int(it.param1))
             polygons.append(
-                {"inclusion": poly_cmds[it.command], "polygon": [[v.x / 1e7, v.y / 1e7] for v in seq[k : k + n]]}
+                {"inclusion": poly_cmds[it.command], "points": [[v.x / 1e7, v.y / 1e7] for v in seq[k : k + n]]}
             )
             k += n
             continue
@@ -94,7 +48,7 @@ def fence_to_json(items: list[MissionItem] | tuple[MissionItem, ...], params: di
                 {"inclusion": circle_cmds[it.command], "center": [it.x / 1e7, it.y / 1e7], "radius_m": it.param1}
             )
         k += 1
-    out: dict[str, Any] = {"polygons": polygons, "circles": circles, "digest": fence_digest(seq)}
+    out: dict[str, Any] = {"polygons": polygons, "circles": circles, "digest": digest(seq)}
     if "FENCE_ENABLE" in params:
         out["enabled"] = bool(params["FENCE_ENABLE"])
     if "FENCE_ALT_MAX" in params:

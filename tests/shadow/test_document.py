@@ -20,14 +20,7 @@ from gateway.shadow.diff import (
     wanted_params,
 )
 from gateway.shadow.document import check_mode, check_param, parse_desired
-from gateway.shadow.fence import (
-    fence_digest,
-    fence_items,
-    fence_params,
-    fence_to_json,
-    rate_matches,
-    rate_message,
-)
+from gateway.shadow.fence import fence_to_json, rate_matches, rate_message
 
 INT8 = mavlink2.MAV_PARAM_TYPE_INT8
 INT32 = mavlink2.MAV_PARAM_TYPE_INT32
@@ -44,7 +37,7 @@ def test_full_document_parses() -> None:
         doc(
             mode="guided", armed=False, params={"RTL_ALT": 2000, "WPNAV_SPEED": 7.5},
             mission={"object": "missions/a.plan", "digest": DIGEST},
-            geofence={"polygons": [{"inclusion": True, "polygon": [[1, 2], [1, 3], [2, 3]]}],
+            geofence={"polygons": [{"inclusion": True, "points": [[1, 2], [1, 3], [2, 3]]}],
                       "circles": [{"inclusion": False, "center": [1.5, 2.5], "radius_m": 20}],
                       "max_alt_m": 120, "action": "rtl"},
             rates={"position": 5, "ATTITUDE": 4},
@@ -75,11 +68,11 @@ def test_full_document_parses() -> None:
         (doc(params={"RTL_ALT": "high"}), "params.RTL_ALT", "finite number"),
         (doc(mission={"object": "x"}), "mission", "digest"),
         (doc(mission={"object": "x", "digest": "zz"}), "mission", "digest"),
-        (doc(geofence={"polygons": [{"polygon": [[1, 2], [1, 3]]}]}), "geofence.polygons[0].polygon", "at least 3"),
-        (doc(geofence={"polygons": [{"polygon": [[91, 2], [1, 3], [2, 2]]}]}), "geofence.polygons[0].polygon[0]", "latitude"),
+        (doc(geofence={"polygons": [{"points": [[1, 2], [1, 3]]}]}), "geofence.polygons[0].points", "at least 3"),
+        (doc(geofence={"polygons": [{"points": [[91, 2], [1, 3], [2, 2]]}]}), "geofence.polygons[0].points[0]", "latitude"),
         (doc(geofence={"circles": [{"center": [1, 2], "radius_m": -3}]}), "geofence.circles[0].radius_m", "positive"),
         (doc(geofence={"max_alt_m": 100, "action": "explode"}), "geofence.action", "unknown action"),
-        (doc(geofence={}), "geofence", "needs polygons"),
+        (doc(geofence={}), "geofence", "needs at least one"),
         (doc(rates={"position": 0}), "rates.position", "rate must be"),
         (doc(rates={"position": 500}), "rates.position", "rate must be"),
         (doc(rates={"smell": 1}), "rates.smell", "unknown channel"),
@@ -132,9 +125,8 @@ def test_config_delta_mission_fence_rates() -> None:
         revision=1,
     )
     assert d.geofence is not None
-    items = fence_items(d.geofence)
-    want = fence_digest(items)
-    params = {k: (v, REAL32) for k, v in fence_params(d.geofence).items()}
+    want = d.geofence.digest
+    params = {k: (v, REAL32) for k, v in d.geofence.params().items()}
     live = LiveConfig(params=params, mission_digest=DIGEST, fence_digest=want, rates_hz={"position": 5.0})
     assert config_delta(d, live, want) == {}
     live.mission_digest = "cd" * 32
@@ -146,19 +138,20 @@ def test_config_delta_mission_fence_rates() -> None:
 
 def test_fence_items_and_back() -> None:
     d = parse_desired(
-        doc(geofence={"polygons": [{"inclusion": False, "polygon": [[1, 2], [1, 3], [2, 3]]}],
+        doc(geofence={"polygons": [{"inclusion": False, "points": [[1, 2], [1, 3], [2, 3]]}],
                       "circles": [{"inclusion": True, "center": [1.5, 2.5], "radius_m": 40}], "max_alt_m": 60}),
         revision=1,
     )
     assert d.geofence is not None
-    items = fence_items(d.geofence)
+    items = d.geofence.items()
     assert len(items) == 4 and all(i.mission_type == FENCE for i in items)
     assert items[0].command == mavlink2.MAV_CMD_NAV_FENCE_POLYGON_VERTEX_EXCLUSION
     assert items[3].command == mavlink2.MAV_CMD_NAV_FENCE_CIRCLE_INCLUSION
-    back = fence_to_json(items, fence_params(d.geofence))
-    assert back["polygons"][0]["inclusion"] is False and len(back["polygons"][0]["polygon"]) == 3
+    back = fence_to_json(items, d.geofence.params())
+    assert back["polygons"][0]["inclusion"] is False and len(back["polygons"][0]["points"]) == 3
     assert back["circles"][0]["radius_m"] == 40 and back["max_alt_m"] == 60 and back["enabled"] is True
-    assert fence_params(d.geofence)["FENCE_TYPE"] == 5.0
+    assert d.geofence.params()["FENCE_TYPE"] == 5.0
+    assert back["digest"] == d.geofence.digest
 
 
 def test_rates() -> None:
