@@ -1,0 +1,236 @@
+"""`mavjet bench`: benchmarks that print figures and write JSON.
+
+Every benchmark measures its own baseline in the same run and reports the
+ratio, because these machines are shared and absolute numbers drift.
+`ingest` lives here; `commands`, `shadow` and `replay` live beside the code
+they measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgpack
+import nats
+
+from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.transport import Endpoint
+from gateway.config import GatewayConfig, VehicleConfig
+from gateway.daemon import Gateway
+from gateway.demo import pick_base_port
+from gateway.natsconn import NatsOptions
+from gateway.natsserver import NatsServer
+from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+
+SUBCOMMANDS = {
+    "commands": "gateway.bench_commands",
+    "shadow": "gateway.bench_shadow",
+    "replay": "analytics.bench",
+}
+
+
+def _pct(values: list[int], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] / 1e6  # ns -> ms
+
+
+def _rss_mib() -> float:
+    try:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError):
+        return float("nan")
+
+
+async def capture_bytes(host: str, port: int, seconds: float) -> bytes:
+    """Record what a vehicle sends once its streams are requested (the ceiling's input)."""
+    from drivers.mavlink.codec import MavCodec
+
+    r, w = await asyncio.open_connection(host, port)
+    enc = MavCodec()
+    for name, hz in (("GLOBAL_POSITION_INT", 10), ("ATTITUDE", 10), ("SYS_STATUS", 1), ("GPS_RAW_INT", 1),
+                     ("VFR_HUD", 2), ("BATTERY_STATUS", 1), ("EXTENDED_SYS_STATE", 1), ("SYSTEM_TIME", 1)):
+        w.write(enc.encode(mavlink2.MAVLink_command_long_message(
+            1, 1, mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL, 0, getattr(mavlink2, f"MAVLINK_MSG_ID_{name}"),
+            int(1e6 / hz), 0, 0, 0, 0, 0)))
+    await w.drain()
+    buf = bytearray()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            async with asyncio.timeout(max(0.01, end - time.monotonic())):
+                buf += await r.read(65536)
+        except TimeoutError:
+            break
+    w.close()
+    return bytes(buf)
+
+
+async def ceiling(url: str, sample: bytes, seconds: float) -> dict[str, float]:
+    """The bare loop: pymavlink parse + dict + msgpack + publish_async, nothing else."""
+    mav = mavlink2.MAVLink(None, 245, 191)
+    mav.robust_parsing = True
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=4000)
+    n = 0
+    cpu0, t0 = time.process_time(), time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for msg in mav.parse_buffer(sample) or ():
+            if msg._type == "BAD_DATA":
+                continue
+            payload = msgpack.packb({"v": 1, "vid": "BASE", "time": msgpack.Timestamp.from_unix_nano(time.time_ns()),
+                                     "data": msg.to_dict()})
+            await js.publish_async("fleet.bench.veh.BASE.state.raw", payload)
+            n += 1
+    await js.publish_async_completed()
+    wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    await nc.close()
+    return {"msgs": n, "msgs_per_s": n / wall, "cpu_us_per_msg": cpu / max(1, n) * 1e6}
+
+
+async def run_ingest(
+    args: argparse.Namespace, server: NatsServer, sim: subprocess.Popen[bytes], base: int, tmp: str
+) -> dict[str, Any]:
+    nc = await nats.connect(server.url)
+    await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env="bench", replicas=1))
+    await nc.close()
+    n = args.vehicles
+    # Wait for the last listener (the extra vehicle that feeds the ceiling's sample).
+    for _ in range(600):
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", base + 10 * n)
+            w.close()
+            break
+        except OSError:
+            await asyncio.sleep(0.1)
+    sample = await capture_bytes("127.0.0.1", base + 10 * n, 3.0)
+    cfg = GatewayConfig(
+        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:04d}", endpoint=Endpoint.parse(f"tcp:127.0.0.1:{base + 10 * i}"))
+                       for i in range(n)),
+        nats=NatsOptions(servers=(server.url,)), env="bench", instance="bench",
+        state_dir=Path(tmp) / "state", startup_timeout_s=max(10.0, n / 20), uvloop=args.uvloop,
+    )
+    gw = Gateway(cfg)
+    result: dict[str, Any] = {}
+
+    async def measure() -> None:
+        await gw.ready.wait()
+        await anyio.sleep(args.warmup)
+        links = [t.link for t in gw.twins.values()]
+        m0 = sum(lk.codec.stats.messages_in for lk in links)
+        p0 = gw.publisher.state_published
+        gw.publisher.latencies_ns.clear()
+        cpu0, t0 = time.process_time(), time.monotonic()
+        simcpu0 = _proc_cpu_s(sim.pid)
+        await anyio.sleep(args.duration)
+        wall = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
+        simcpu = _proc_cpu_s(sim.pid) - simcpu0
+        msgs = sum(lk.codec.stats.messages_in for lk in links) - m0
+        pubs = gw.publisher.state_published - p0
+        lat = list(gw.publisher.latencies_ns)
+        expected = n * sum(cfg.rates_hz.values()) * wall
+        result.update({
+            "vehicles": n, "duration_s": round(wall, 2),
+            "mavlink_msgs_per_s": round(msgs / wall, 1),
+            "state_msgs_per_s": round(pubs / wall, 1),
+            "state_expected_per_s": round(expected / wall, 1),
+            "sustained": pubs >= 0.95 * expected,
+            "latency_ms_p50": _pct(lat, 0.50), "latency_ms_p99": _pct(lat, 0.99),
+            "gateway_cpu_pct": round(100 * cpu / wall, 1),
+            "gateway_cpu_us_per_mavlink_msg": round(cpu / max(1, msgs) * 1e6, 2),
+            "sim_cpu_pct": round(100 * simcpu / wall, 1),
+            "gateway_rss_mib": round(_rss_mib(), 1),
+            "links_up": sum(1 for lk in links if lk.is_up),
+            "state_dropped": gw.publisher.state_dropped,
+        })
+        gw.request_stop("bench done")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(measure)
+        await gw.run()
+    base_fig = await ceiling(server.url, sample, args.baseline_seconds)
+    result["ceiling"] = {k: round(v, 2) for k, v in base_fig.items()}
+    result["ratio_throughput"] = round(result["mavlink_msgs_per_s"] / base_fig["msgs_per_s"], 3)
+    result["ratio_cpu_efficiency"] = round(base_fig["cpu_us_per_msg"] / max(1e-9, result["gateway_cpu_us_per_mavlink_msg"]), 3)
+    return result
+
+
+def ingest_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="mavjet bench ingest",
+                                description="sim + gateway + nats-server on this machine; MAVLink in, JetStream state out.")
+    p.add_argument("--vehicles", type=int, default=10)
+    p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds after startup before measuring")
+    p.add_argument("--baseline-seconds", type=float, default=3.0)
+    p.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
+    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-ingest-N.json)")
+    args = p.parse_args(argv)
+    backend_options = {"use_uvloop": True} if args.uvloop else {}
+    tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-")
+    server = NatsServer(store_dir=f"{tmp.name}/js")
+    server.start()
+    n = args.vehicles
+    base = pick_base_port(n + 1, preferred=25760)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "sim", "--vehicles", str(n + 1), "--base-port", str(base), "--speedup", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    try:
+        res = anyio.run(run_ingest, args, server, sim, base, tmp.name, backend="asyncio", backend_options=backend_options)
+    finally:
+        sim.terminate()
+        try:
+            sim.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+        server.cleanup()
+        tmp.cleanup()
+    out = args.json or Path(f"bench-ingest-{args.vehicles}.json")
+    out.write_text(json.dumps(res, indent=2))
+    for k, v in res.items():
+        print(f"{k:32} {v}")
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: mavjet bench {ingest,commands,shadow,replay} [options]")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name == "ingest":
+        return ingest_main(rest)
+    module = SUBCOMMANDS.get(name)
+    if module is None:
+        print(f"mavjet bench: unknown benchmark {name!r}", file=sys.stderr)
+        return 2
+    rc: int = importlib.import_module(module).main(rest)
+    return rc
+

@@ -1,0 +1,152 @@
+"""`mavjet demo`: everything on one machine, shown live.
+
+Starts an embedded nats-server with JetStream, provisions the twin resources,
+starts simulated vehicles and the gateway as child processes, then shows the
+fleet table and event feed. The vehicles fly a sortie: through TWIN_CMD when
+the command executor is installed, otherwise the simulator's own autopilot.
+Ctrl-C (or --duration) stops every process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nats
+
+from gateway.natsserver import NatsServer, free_port
+from gateway.ops.fleet import show
+from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.units import parse_duration_s
+
+ENV = "prod"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def pick_base_port(n: int, preferred: int = 5760) -> int:
+    """A base port such that base + 10*i is free for every vehicle (SITL's layout)."""
+    candidates = [preferred] + [free_port() for _ in range(20)]
+    for base in candidates:
+        if base + 10 * n < 65535 and all(_port_free(base + 10 * i) for i in range(n)):
+            return base
+    raise RuntimeError("no free port range for the simulated vehicles")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vehicles", type=int, default=3, help="simulated vehicles (default: %(default)s)")
+    p.add_argument("--speedup", type=float, default=1.0, help="simulation speed-up (default: %(default)s)")
+    p.add_argument("--flavour", choices=["ardupilot", "px4"], default="ardupilot")
+    p.add_argument("--duration", help="stop after this long, e.g. 60s (default: until Ctrl-C)")
+    p.add_argument("--dir", type=Path, default=Path(".mavjet/demo"), help="data and logs (default: %(default)s)")
+    p.add_argument("--sortie", choices=["auto", "commands", "sim"], default="auto",
+                   help="who flies the sortie: the gateway through TWIN_CMD, or the sim's own autopilot")
+    p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
+    return p
+
+
+def _use_commands(choice: str) -> bool:
+    available = importlib.util.find_spec("gateway.commands.sortie") is not None
+    if choice == "commands" and not available:
+        raise SystemExit("mavjet demo: --sortie commands needs gateway.commands (not installed)")
+    return choice == "commands" or (choice == "auto" and available)
+
+
+async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands: bool) -> None:
+    nc = await nats.connect(url, connect_timeout=2)
+    try:
+        await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
+        tasks = []
+        if via_commands:
+            # Imported by name: the command executor is an optional part of the install.
+            fly_sortie_forever = importlib.import_module("gateway.commands.sortie").fly_sortie_forever
+            for i, vid in enumerate(vids):
+                tasks.append(asyncio.create_task(fly_sortie_forever(nc, ENV, vid, index=i), name=f"demo.sortie[{vid}]"))
+        duration = parse_duration_s(args.duration) if args.duration else None
+        try:
+            await show(nc, ENV, refresh_s=1.0, duration_s=duration, clear=not args.no_clear and sys.stdout.isatty())
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await nc.close()
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        print(f"mavjet demo: {name} did not stop on SIGTERM; killing it", file=sys.stderr)
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if not 1 <= args.vehicles <= 200:
+        print("mavjet demo: --vehicles must be 1..200", file=sys.stderr)
+        return 2
+    via_commands = _use_commands(args.sortie)
+    data = args.dir
+    shutil.rmtree(data / "js", ignore_errors=True)
+    shutil.rmtree(data / "state", ignore_errors=True)
+    data.mkdir(parents=True, exist_ok=True)
+    server = NatsServer(store_dir=str(data / "js"), log_file=str(data / "nats.log"))
+    sim: subprocess.Popen[bytes] | None = None
+    gw: subprocess.Popen[bytes] | None = None
+    vids = [f"VID-{i + 1:03d}" for i in range(args.vehicles)]
+    try:
+        server.start()
+        base = pick_base_port(args.vehicles)
+        exe = [sys.executable, "-m", "gateway"]
+        sim_cmd = [*exe, "sim", "--vehicles", str(args.vehicles), "--base-port", str(base),
+                   "--speedup", str(args.speedup), "--flavour", args.flavour]
+        if not via_commands:
+            sim_cmd.append("--sortie")
+        with open(data / "sim.log", "wb") as sim_log:
+            sim = subprocess.Popen(sim_cmd, stdout=sim_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        metrics_port = free_port()
+        gw_cmd = [*exe, "gateway", "--nats", server.url, "--env", ENV, "--state-dir", str(data / "state"),
+                  "--metrics-port", str(metrics_port), "--instance", "demo", "--log-json"]
+        for i, vid in enumerate(vids):
+            gw_cmd += ["--vehicle", f"{vid}=tcp:127.0.0.1:{base + 10 * i}"]
+        with open(data / "gateway.log", "wb") as gw_log:
+            gw = subprocess.Popen(gw_cmd, stdout=gw_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        print(f"nats-server {server.url} (JetStream, data in {data / 'js'})")
+        print(f"{args.vehicles} simulated vehicles on tcp 127.0.0.1:{base}+10*i, gateway metrics on "
+              f"http://127.0.0.1:{metrics_port}/metrics, logs in {data}/")
+        print(f"sortie flown by {'the gateway through TWIN_CMD' if via_commands else 'the simulator'}")
+        print(f"try in another shell: mavjet twin VID-001 --nats {server.url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run(args, server.url, vids, via_commands))
+    finally:
+        _stop(gw, "gateway")
+        _stop(sim, "simulator")
+        server.stop()
+    for name, proc in (("gateway", gw), ("simulator", sim)):
+        if proc is not None and proc.returncode not in (0, None):
+            print(f"mavjet demo: {name} exited with {proc.returncode}; see {data}/{'sim' if name == 'simulator' else name}.log",
+                  file=sys.stderr)
+            return 1
+    print("demo stopped: nats-server, simulator and gateway are down")
+    return 0

@@ -1,0 +1,82 @@
+"""`mavjet events`: tail the audit trail (TWIN_EVENTS) in readable form."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import sys
+
+from nats.aio.msg import Msg
+from nats.js import api as jsapi
+
+from drivers.errors import MavjetError
+from gateway import natsconn
+from gateway.ops.read import format_event, to_record
+from gateway.subjects import check_token, event_filter
+from gateway.units import parse_duration_s
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet events", description="Tail the event audit trail.")
+    p.add_argument("--vid", default="*", help="one vehicle (default: all)")
+    p.add_argument("--type", default=">", help="one event type, e.g. failsafe (default: all)")
+    p.add_argument("--since", default="10m", help="how far back to start, e.g. 30s, 10m, 24h (default: %(default)s)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    p.add_argument("--duration", help="with --follow: stop after this long (e.g. 60s)")
+    natsconn.add_nats_arguments(p)
+    return p
+
+
+async def run(args: argparse.Namespace) -> int:
+    if args.vid != "*":
+        check_token("vid", args.vid)
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration_s(args.since))
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-events"))
+    caught_up = asyncio.Event()
+    printed = 0
+
+    async def cb(msg: Msg) -> None:
+        nonlocal printed
+        rec = to_record(msg)
+        if rec is not None:
+            print(format_event(rec), flush=True)
+            printed += 1
+        if msg.metadata.num_pending == 0:
+            caught_up.set()
+
+    try:
+        js = nc.jetstream()
+        subject = event_filter(args.env, args.vid, args.type)
+        cfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.BY_START_TIME, opt_start_time=since)
+        sub = await js.subscribe(subject, cb=cb, ordered_consumer=True, config=cfg, idle_heartbeat=2.0)
+        if args.follow:
+            limit = parse_duration_s(args.duration) if args.duration else None
+            try:
+                if limit is None:
+                    await asyncio.Event().wait()
+                else:
+                    await asyncio.sleep(limit)
+            finally:
+                await sub.unsubscribe()
+        else:
+            try:
+                async with asyncio.timeout(3.0):
+                    await caught_up.wait()
+            except TimeoutError:
+                pass  # nothing in range: the callback never ran
+            await sub.unsubscribe()
+    finally:
+        await nc.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except MavjetError as exc:
+        print(f"mavjet events: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0

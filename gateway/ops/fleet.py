@@ -1,0 +1,155 @@
+"""`mavjet fleet`: a live table of every vehicle's twin, plus the event feed.
+
+It is a pure JetStream client: state through an ordered consumer that starts
+with DeliverLastPerSubject (the fleet's current state) and then follows new
+samples, events through a second one. Rendering is a pure function of the
+collected records so it is tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api as jsapi
+
+from drivers.errors import MavjetError
+from gateway import natsconn
+from gateway.ops.read import Record, format_event, to_record
+from gateway.subjects import event_filter, state_filter
+from gateway.units import parse_duration_s
+
+
+@dataclass(slots=True)
+class FleetView:
+    state: dict[tuple[str, str], Record] = field(default_factory=dict)
+    events: deque[Record] = field(default_factory=lambda: deque(maxlen=12))
+
+    def on_state(self, r: Record) -> None:
+        self.state[(r.vid, r.kind)] = r
+
+    def on_event(self, r: Record) -> None:
+        self.events.append(r)
+
+    def vehicles(self) -> list[str]:
+        return sorted({vid for vid, _ in self.state})
+
+    def rows(self, now: dt.datetime) -> list[list[str]]:
+        rows = []
+        for vid in self.vehicles():
+            st = self.state.get((vid, "status"))
+            pos = self.state.get((vid, "position"))
+            bat = self.state.get((vid, "battery"))
+            link = self.state.get((vid, "link"))
+            newest = max(r.time for (v, _), r in self.state.items() if v == vid)
+            s = st.data if st else {}
+            p = pos.data if pos else {}
+            flags = " FAILSAFE" if s.get("failsafe") else ""
+            rows.append([
+                vid,
+                str(s.get("mode") or "?") + flags,
+                "ARMED" if s.get("armed") else "disarmed" if s else "?",
+                f"{p['lat_deg']:.5f},{p['lon_deg']:.5f}" if p.get("lat_deg") is not None else "-",
+                f"{p['alt_m']:.1f}" if p.get("alt_m") is not None else "-",
+                f"{p.get('groundspeed_m_s', 0.0):.1f}" if p else "-",
+                f"{bat.data['remaining_pct']:.0f}%" if bat and bat.data.get("remaining_pct") is not None else "-",
+                str(link.data.get("state", "?")) if link else "?",
+                f"{(now - newest).total_seconds():.1f}s",
+            ])
+        return rows
+
+    def render(self, now: dt.datetime, title: str = "") -> str:
+        head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "AGE"]
+        rows = self.rows(now)
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+        lines = [title] if title else []
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        if not rows:
+            lines.append("(no vehicles yet)")
+        lines.append("")
+        lines.append("EVENTS")
+        lines += [format_event(e) for e in self.events] or ["(none yet)"]
+        return "\n".join(lines)
+
+
+async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 12) -> list[object]:
+    """Start the two subscriptions feeding `view`; returns them for unsubscribe."""
+    js = nc.jetstream()
+
+    async def on_state(msg: Msg) -> None:
+        r = to_record(msg)
+        if r is not None:
+            view.on_state(r)
+
+    async def on_event(msg: Msg) -> None:
+        r = to_record(msg)
+        if r is not None:
+            view.on_event(r)
+
+    subs: list[object] = []
+    scfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.LAST_PER_SUBJECT)
+    subs.append(await js.subscribe(state_filter(env), cb=on_state, ordered_consumer=True, config=scfg))
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    ecfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.BY_START_TIME, opt_start_time=since)
+    subs.append(await js.subscribe(event_filter(env), cb=on_event, ordered_consumer=True, config=ecfg))
+    return subs
+
+
+async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | None, clear: bool) -> FleetView:
+    view = FleetView()
+    subs = await follow(nc, env, view)
+    loop = asyncio.get_running_loop()
+    end = None if duration_s is None else loop.time() + duration_s
+    try:
+        while True:
+            await asyncio.sleep(refresh_s)
+            now = dt.datetime.now(dt.UTC)
+            text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)")
+            if clear:
+                sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+            else:
+                sys.stdout.write(text + "\n\n")
+            sys.stdout.flush()
+            if end is not None and loop.time() >= end:
+                return view
+    finally:
+        for s in subs:
+            await s.unsubscribe()  # type: ignore[attr-defined]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet fleet", description="Live table of every vehicle's twin and the event feed.")
+    p.add_argument("--refresh", default="1s", help="redraw interval (default: %(default)s)")
+    p.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
+    natsconn.add_nats_arguments(p)
+    return p
+
+
+async def run(args: argparse.Namespace) -> int:
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-fleet"))
+    try:
+        await show(nc, args.env, refresh_s=parse_duration_s(args.refresh),
+                   duration_s=parse_duration_s(args.duration) if args.duration else None,
+                   clear=not args.no_clear and sys.stdout.isatty())
+    finally:
+        await nc.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except MavjetError as exc:
+        print(f"mavjet fleet: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0

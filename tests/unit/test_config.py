@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drivers.errors import ConfigError
+from drivers.mavlink.transport import Endpoint
+from gateway.config import build_config, parse_vehicle
+
+
+def test_endpoints_parse_and_reject() -> None:
+    assert str(Endpoint.parse("tcp:127.0.0.1:5760")) == "tcp:127.0.0.1:5760"
+    assert Endpoint.parse("serial:/dev/ttyACM0:57600").baud == 57600
+    assert Endpoint.parse("udpin:0.0.0.0:14550").scheme == "udp"
+    for bad in ("tcp:host", "ftp:x:1", "udp:127.0.0.1:99999", "serial:/dev/ttyS0"):
+        with pytest.raises(ConfigError):
+            Endpoint.parse(bad)
+
+
+def test_toml_and_cli_merge() -> None:
+    raw = {
+        "env": "staging",
+        "vehicles": [{"vid": "VID-001", "endpoint": "tcp:127.0.0.1:5760"}],
+        "rates": {"position": 5},
+        "nats": {"servers": ["nats://10.0.0.1:4222"]},
+    }
+    cfg = build_config(raw, vehicles=[parse_vehicle("VID-002=udp:127.0.0.1:14550")], nats={"servers": None})
+    assert cfg.env == "staging" and [v.vid for v in cfg.vehicles] == ["VID-001", "VID-002"]
+    assert cfg.rates_hz["position"] == 5.0 and cfg.rates_hz["attitude"] == 10.0
+    assert cfg.nats.servers == ("nats://10.0.0.1:4222",)
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"vehicles": [{"vid": "VID 1", "endpoint": "tcp:a:1"}]}, "vehicles[0].vid"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a"}]}, "vehicles[0].endpoint"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], "rates": {"position": 0}}, "rates.position"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], "rates": {"warp": 1}}, "rates.warp"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], "colour": "red"}, "colour"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], "link": {"heartbeat_timeout_s": -1}}, "link.heartbeat_timeout_s"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], "nats": {"servers": ["localhost"]}}, "nats.servers"),
+        ({"vehicles": []}, "vehicles"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}, {"vid": "V", "endpoint": "tcp:a:2"}]}, "vehicles.vid"),
+        ({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], "metrics": {"port": "x"}}, "metrics.port"),
+    ],
+)
+def test_invalid_config_names_the_key(raw: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        build_config(raw)
+    assert ei.value.key == key
+
+
+def test_cli_fails_at_start_naming_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('[[vehicles]]\nvid = "VID-001"\nendpoint = "tcp:127.0.0.1:5760"\n[rates]\nposition = 500\n')
+    out = subprocess.run([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2 and "rates.position" in out.stderr
+    cfg.write_text("this is = not [toml")
+    out = subprocess.run([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2 and "not valid TOML" in out.stderr

@@ -1,0 +1,137 @@
+"""The telemetry model's rules, fed with pymavlink messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drivers.mavlink.codec import MavCodec
+from drivers.mavlink.dialect import mavlink2 as m
+from gateway.telemetry import VehicleModel
+
+ARMED = m.MAV_MODE_FLAG_SAFETY_ARMED | m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
+DISARMED = m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
+_enc = MavCodec(src_system=1, src_component=1)
+
+
+def framed(msg: Any) -> Any:
+    """Round-trip through the codec so headers are real."""
+    return MavCodec().feed(_enc.encode(msg))[0]
+
+
+def hb(mode: int = 4, base: int = DISARMED, status: int = m.MAV_STATE_STANDBY) -> Any:
+    return framed(m.MAVLink_heartbeat_message(m.MAV_TYPE_QUADROTOR, m.MAV_AUTOPILOT_ARDUPILOTMEGA, base, mode, status, 3))
+
+
+def pos(alt_m: float, lat: float = 47.0, lon: float = 8.0, boot_ms: int = 1000) -> Any:
+    return framed(m.MAVLink_global_position_int_message(boot_ms, int(lat * 1e7), int(lon * 1e7), int((400 + alt_m) * 1000),
+                                                        int(alt_m * 1000), 0, 0, 0, 9000))
+
+
+def ext(landed: int) -> Any:
+    return framed(m.MAVLink_extended_sys_state_message(0, landed))
+
+
+def feed(model: VehicleModel, *msgs: Any, t0: int = 1_000_000_000) -> list[str]:
+    for i, msg in enumerate(msgs):
+        model.update(msg, t0 + i)
+    return [e.type for e in model.drain_events()]
+
+
+def test_first_heartbeat_sets_identity_without_events() -> None:
+    v = VehicleModel(vid="VID-001")
+    assert feed(v, hb()) == []
+    assert (v.flavour, v.vehicle_class, v.mode, v.armed) == ("ardupilot", "copter", "GUIDED", False)
+    assert v.channels["status"]["mode"] == "GUIDED"
+
+
+def test_flight_lifecycle_events_in_order_with_stats() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb(), ext(m.MAV_LANDED_STATE_ON_GROUND), pos(0.0))
+    seq = feed(
+        v, hb(base=ARMED), ext(m.MAV_LANDED_STATE_TAKEOFF), pos(5.0), pos(12.0, lat=47.001),
+        hb(mode=6, base=ARMED), ext(m.MAV_LANDED_STATE_IN_AIR), pos(3.0),
+        ext(m.MAV_LANDED_STATE_ON_GROUND), hb(mode=6, base=DISARMED),
+    )
+    assert seq == ["armed", "takeoff", "mode_changed", "landed", "disarmed"]
+
+
+def test_landed_and_disarmed_carry_flight_summary() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb(), ext(m.MAV_LANDED_STATE_ON_GROUND), pos(0.0))
+    v.update(hb(base=ARMED), 1)
+    v.update(ext(m.MAV_LANDED_STATE_IN_AIR), 2)
+    v.update(pos(20.0), 3)
+    v.update(pos(20.0, lat=47.001), 4)  # ~111 m north
+    v.update(ext(m.MAV_LANDED_STATE_ON_GROUND), 5)
+    v.update(hb(base=DISARMED), 6)
+    evs = {e.type: e for e in v.drain_events()}
+    assert evs["landed"].data["max_alt_m"] == 20.0
+    assert 100 < evs["landed"].data["distance_m"] < 125
+    assert evs["disarmed"].data["max_alt_m"] == 20.0
+    assert evs["armed"].msg_id == "VID-001:armed:1"
+
+
+def test_failsafe_from_statustext_then_critical_heartbeat_is_one_event() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb(base=ARMED))
+    text = framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_CRITICAL, b"Battery failsafe"))
+    types = feed(v, text, hb(mode=6, base=ARMED, status=m.MAV_STATE_CRITICAL))
+    assert types.count("failsafe") == 1
+    assert "statustext" in types and "mode_changed" in types
+    assert v.failsafe_active
+
+
+def test_failsafe_type_and_action_from_heartbeat() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb(base=ARMED))
+    v.update(framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_WARNING, b"GCS Failsafe")), 10)
+    v.update(hb(mode=6, base=ARMED, status=m.MAV_STATE_CRITICAL), 11)
+    fs = [e for e in v.drain_events() if e.type == "failsafe"]
+    assert len(fs) == 1
+    assert fs[0].data["failsafe_type"] == "gcs" and fs[0].data["action_taken"] == "RTL"
+    v.update(hb(mode=6, base=ARMED, status=m.MAV_STATE_ACTIVE), 12)
+    assert not v.failsafe_active
+
+
+def test_statustext_below_warning_is_not_an_event() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb())
+    assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_INFO, b"EKF3 IMU0 is using GPS"))) == []
+    assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_ERROR, b"PreArm: Need 3D Fix"))) == ["statustext"]
+
+
+def test_gps_fix_home_and_geofence_events() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb())
+    gps = [framed(m.MAVLink_gps_raw_int_message(0, fix, 0, 0, 0, 100, 100, 0, 0, sats)) for fix, sats in ((1, 4), (3, 10), (3, 11))]
+    assert feed(v, *gps) == ["gps_fix_changed"]
+    home = framed(m.MAVLink_home_position_message(int(47e7), int(8e7), 400000, 0, 0, 0, [1, 0, 0, 0], 0, 0, 0))
+    assert feed(v, home, home) == ["home_set"]
+    fence = framed(m.MAVLink_fence_status_message(1, 1, 1, 0))
+    assert feed(v, fence, fence) == ["geofence_breach"]
+
+
+def test_sample_time_maps_boot_clock_to_utc() -> None:
+    v = VehicleModel(vid="VID-001")
+    unix_us = 1_700_000_000_000_000
+    v.update(framed(m.MAVLink_system_time_message(unix_us, 10_000)), 5)
+    v.update(pos(1.0, boot_ms=12_000), 6)
+    assert v.sample_ns["position"] == (unix_us * 1000) + 2_000 * 1_000_000
+    # Without SYSTEM_TIME the receive time is used.
+    w = VehicleModel(vid="VID-002")
+    w.update(pos(1.0), 777)
+    assert w.sample_ns["position"] == 777
+
+
+def test_duplicate_event_ids_get_a_discriminator() -> None:
+    v = VehicleModel(vid="VID-001")
+    a = v.emit("statustext", 5, text="a")
+    b = v.emit("statustext", 5, text="b")
+    assert a.msg_id != b.msg_id
+
+
+def test_px4_modes_decoded() -> None:
+    v = VehicleModel(vid="VID-009")
+    px4 = framed(m.MAVLink_heartbeat_message(m.MAV_TYPE_QUADROTOR, m.MAV_AUTOPILOT_PX4, DISARMED, (4 << 24) | (4 << 16), 3, 3))
+    v.update(px4, 1)
+    assert v.flavour == "px4" and v.mode == "AUTO.MISSION"
