@@ -47,12 +47,29 @@ class CommandConfig:
     nak_delay_s: float = 2.0
     max_payload_bytes: int = 64 * 1024
     fetch_timeout_s: float = 5.0
+    ledger_retention_s: float = 3600.0  # executed-id ledger; TWIN_CMD max_age (5m) bounds redelivery
 
     def __post_init__(self) -> None:
         if self.ack_wait_s <= self.in_progress_interval_s:
             raise ConfigError("commands.ack_wait_s", "must exceed commands.in_progress_interval_s")
         if self.max_deliver < 1 or self.retries < 0:
             raise ConfigError("commands.max_deliver", "must be >= 1 (and retries >= 0)")
+        if self.backoff_s and self.max_deliver <= len(self.backoff_s):
+            raise ConfigError("commands.max_deliver", "must exceed the number of commands.backoff_s entries")
+        if any(b <= 0 for b in self.backoff_s):
+            raise ConfigError("commands.backoff_s", "every entry must be > 0 seconds")
+        for key in ("ack_timeout_s", "in_progress_timeout_s", "in_progress_interval_s", "nak_delay_s",
+                    "fetch_timeout_s", "ledger_retention_s"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"commands.{key}", "must be > 0")
+        if self.ack_timeout_s > 60:
+            raise ConfigError("commands.ack_timeout_s", "must be <= 60 s")
+        if self.retries > 19:
+            raise ConfigError("commands.retries", "must be <= 19 (20 transmissions)")
+        if not 1024 <= self.max_payload_bytes <= 1024 * 1024:
+            raise ConfigError("commands.max_payload_bytes", "must be in [1024, 1048576]")
+        if self.ledger_retention_s < 600:
+            raise ConfigError("commands.ledger_retention_s", "must be >= 600 s (TWIN_CMD keeps commands 5 min)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,44 @@
+"""The executed-id ledger on a real SQLite file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gateway.commands.ledger import Ledger, LedgerEntry
+
+
+def entry(cmd_id: str, result: str = "accepted", at_ns: int | None = None) -> LedgerEntry:
+    return LedgerEntry(
+        cmd_id=cmd_id, vid="VID-001", name="arm", result=result, subject="fleet.t.veh.VID-001.evt.cmd_result",
+        msg_id=f"VID-001:cmd_result:{cmd_id}", payload=b"\x81\xa1v\x01", spooled=False,
+        at_ns=time.time_ns() if at_ns is None else at_ns,
+    )
+
+
+async def test_first_write_wins_and_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "commands.sqlite"
+    ledger = Ledger(path)
+    assert await ledger.lookup("a") is None
+    assert await ledger.record(entry("a", "accepted")) is True
+    assert await ledger.record(entry("a", "failed")) is False
+    await ledger.mark_spooled("a")
+    ledger.close()
+
+    reopened = Ledger(path)  # as after a gateway restart
+    got = await reopened.lookup("a")
+    assert got is not None
+    assert (got.result, got.spooled, got.payload) == ("accepted", True, b"\x81\xa1v\x01")
+    reopened.close()
+
+
+async def test_prune_drops_only_old_entries(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "l.sqlite", retention_s=600)
+    now = time.time_ns()
+    await ledger.record(entry("old", at_ns=now - 700 * 10**9))
+    await ledger.record(entry("new", at_ns=now - 10 * 10**9))
+    assert ledger.prune_sync(now) == 1
+    assert await ledger.lookup("old") is None
+    assert await ledger.lookup("new") is not None
+    assert ledger.count_sync() == 1
+    ledger.close()
