@@ -46,6 +46,8 @@ def _lines(text: str) -> list[Line]:
 
 def scalar(text: str, n: int = 0) -> Any:
     t = text.strip()
+    if t == "{}":
+        return {}
     if t.startswith(("&", "*", "!", "|", ">", "{")):
         raise YamlSubsetError(f"line {n}: {t[:1]!r} is outside the supported subset")
     if t.startswith("'"):
