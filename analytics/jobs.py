@@ -61,7 +61,10 @@ def _haversine_m(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Colu
     p1, p2 = F.radians(lat1), F.radians(lat2)
     dp, dl = p2 - p1, F.radians(lon2) - F.radians(lon1)
     a = F.pow(F.sin(dp / 2), 2) + F.cos(p1) * F.cos(p2) * F.pow(F.sin(dl / 2), 2)
-    return F.lit(2 * EARTH_RADIUS_M) * F.asin(F.least(F.lit(1.0), F.sqrt(a)))
+    # least() skips nulls, so a missing previous position must be ruled out
+    # explicitly or the first leg of every flight would be half the planet.
+    known = lat1.isNotNull() & lon1.isNotNull() & lat2.isNotNull() & lon2.isNotNull()
+    return F.when(known, F.lit(2 * EARTH_RADIUS_M) * F.asin(F.least(F.lit(1.0), F.sqrt(a))))
 
 
 def flights(events: DataFrame) -> DataFrame:

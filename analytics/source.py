@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from analytics import natsread
@@ -90,10 +91,15 @@ class JetStreamReader(DataSourceReader):  # type: ignore[misc]
         return _batches(self.opts, partition, self.schema)
 
 
-class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
+        self.target_seq: int | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what is in the stream now, in read-limited batches."""
+        self.target_seq = natsread.latest_seq(self.opts)
 
     def initialOffset(self) -> dict[str, int]:
         if self.opts.starting == "latest" and self.opts.start_seq is None and self.opts.start_time_us is None:
@@ -109,7 +115,7 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        last = natsread.latest_seq(self.opts)
+        last = natsread.latest_seq(self.opts) if self.target_seq is None else self.target_seq
         if self.opts.end_seq is not None:
             last = min(last, self.opts.end_seq)
         max_rows = getattr(limit, "max_rows", None)

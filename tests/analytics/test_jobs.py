@@ -1,0 +1,139 @@
+"""Replay jobs checked against the ground truth of the published `sim audit` history."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from analytics import jobs
+from analytics.columns import SCHEMA_DDL
+from sim.audit import haversine_m
+from tests.analytics.support import History, read
+
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _ns(t: dt.datetime) -> int:
+    """Spark returns naive UTC datetimes (session time zone UTC)."""
+    d = t - EPOCH
+    return (d.days * 86_400 + d.seconds) * 10**9 + d.microseconds * 1000
+
+
+def _pct(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks, as Spark's exact `percentile`."""
+    v = sorted(values)
+    pos = (len(v) - 1) * p
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+@pytest.fixture(scope="module")
+def events(spark: Any, history: History) -> Iterator[Any]:
+    df = read(spark, history.url, partitions=3).cache()
+    assert df.count() == history.published
+    yield df
+    df.unpersist()
+
+
+def test_flights_match_history(events: Any, history: History) -> None:
+    rows = jobs.flights(events).collect()
+    truth = {(f.vid, f.start_ns // 1000): f for f in history.truth.flights}
+    assert len(rows) == len(truth) > 20
+    assert Counter(r["vid"] for r in rows) == history.truth.flights_by_vid
+    for r in rows:
+        f = truth[(r["vid"], _ns(r["start"]) // 1000)]
+        assert r["complete"] and _ns(r["end"]) // 1000 == f.end_ns // 1000
+        assert r["duration_s"] == pytest.approx((f.end_ns - f.start_ns) / 1e9, abs=2e-6)
+        assert r["max_alt_m"] == pytest.approx(f.max_alt_m)
+        assert r["distance_m"] == pytest.approx(f.distance_m)
+        assert r["battery_used_pct"] == pytest.approx(f.battery_used_pct)
+        assert r["modes"] == f.modes
+        assert r["failsafes"] == len(f.failsafes) and r["failsafe_types"] == sorted(set(f.failsafes))
+
+
+def test_commands_match_history(events: Any, history: History) -> None:
+    rows = {(r["name"], r["vid"]): r for r in jobs.commands(events).collect()}
+    expected: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for c in history.truth.commands:
+        expected[(c.name, c.vid)].append(c)
+    assert set(rows) == set(expected)
+    for key, cmds in expected.items():
+        r = rows[key]
+        assert r["count"] == len(cmds)
+        mix = Counter(c.result for c in cmds)
+        for result in jobs.CMD_RESULTS:
+            assert r[result] == mix.get(result, 0)
+        lat = [c.latency_ms for c in cmds]
+        assert r["latency_p50_ms"] == pytest.approx(_pct(lat, 0.5))
+        assert r["latency_p95_ms"] == pytest.approx(_pct(lat, 0.95))
+        assert r["latency_p99_ms"] == pytest.approx(_pct(lat, 0.99))
+    fleet = {r["name"]: r for r in jobs.command_latency(events).collect()}
+    for name in {c.name for c in history.truth.commands}:
+        lat = [c.latency_ms for c in history.truth.commands if c.name == name]
+        assert fleet[name]["count"] == len(lat)
+        assert fleet[name]["latency_p99_ms"] == pytest.approx(_pct(lat, 0.99))
+
+
+def test_failsafes_match_history(events: Any, history: History) -> None:
+    detail = jobs.failsafe_events(events).collect()
+    truth = {(f.vid, f.time_ns // 1000): f for f in history.truth.failsafes}
+    assert len(detail) == len(truth) > 3
+    for r in detail:
+        f = truth[(r["vid"], _ns(r["time"]) // 1000)]
+        assert r["failsafe_type"] == f.failsafe_type and r["in_flight"]
+        assert r["time_to_landed_s"] == pytest.approx((f.landed_ns - f.time_ns) / 1e9, abs=2e-6)
+    counts = {(r["day"], r["vid"], r["failsafe_type"]): r["count"] for r in jobs.failsafes(events).collect()}
+    want = Counter(
+        (dt.datetime.fromtimestamp(f.time_ns / 1e9, dt.UTC).date(), f.vid, f.failsafe_type) for f in history.truth.failsafes
+    )
+    assert counts == dict(want)
+    assert Counter(r["failsafe_type"] for r in detail) == history.truth.failsafes_by_type
+
+
+def test_timeline_tells_one_vehicles_story_in_order(events: Any, history: History) -> None:
+    vid = "VID-0003"
+    rows = jobs.timeline(events, vid).collect()
+    n = events.where(f"vid = '{vid}'").count()
+    assert len(rows) == n > 10
+    keys = [(r["time"], r["seq"]) for r in rows]
+    assert keys == sorted(keys) and {r["vid"] for r in rows} == {vid}
+    first_flight = next(f for f in history.truth.flights if f.vid == vid)
+    summaries = [r["summary"] for r in rows if r["type"] == "mode_changed"]
+    assert summaries[0] == f"{first_flight.modes[0]} -> {first_flight.modes[1]}"
+    assert any(r["summary"].startswith("disarmed: ") for r in rows)
+    # a window keeps only that window
+    start = rows[5]["time"].replace(tzinfo=dt.UTC)
+    end = rows[9]["time"].replace(tzinfo=dt.UTC)
+    window = jobs.timeline(events, vid, start, end).collect()
+    expected = [r["seq"] for r in rows if rows[5]["time"] <= r["time"] < rows[9]["time"]]
+    assert [r["seq"] for r in window] == expected and len(expected) >= 4
+
+
+def test_flight_without_gateway_summary_uses_track_and_battery(spark: Any) -> None:
+    """Disarmed events without distance/battery summary: computed from the readings."""
+    t0 = dt.datetime(2025, 6, 1, 12, 0, 0)
+    names = [p.split()[0] for p in SCHEMA_DDL.split(", ")]
+
+    def row(i: int, typ: str, **kw: Any) -> tuple[Any, ...]:
+        base = {"stream": "S", "seq": i, "subject": f"fleet.t.veh.V.evt.{typ}", "vid": "V", "type": typ,
+                "time": t0 + dt.timedelta(seconds=i), "data": "{}"}
+        base.update(kw)
+        return tuple(base.get(n) for n in names)
+
+    pts = [(47.0, 8.0), (47.001, 8.0), (47.001, 8.002)]
+    data = [
+        row(1, "armed", lat_deg=pts[0][0], lon_deg=pts[0][1], battery_pct=90.0, mode="GUIDED", alt_m=0.0),
+        row(2, "mode_changed", lat_deg=pts[1][0], lon_deg=pts[1][1], battery_pct=80.0, mode="AUTO", alt_m=30.0),
+        row(3, "disarmed", lat_deg=pts[2][0], lon_deg=pts[2][1], battery_pct=71.5, mode="AUTO", alt_m=0.0),
+        row(4, "statustext", text="after the flight", alt_m=99.0),
+    ]
+    df = spark.createDataFrame(data, SCHEMA_DDL)
+    (f,) = jobs.flights(df).collect()
+    assert f["distance_m"] == pytest.approx(haversine_m(*pts[0], *pts[1]) + haversine_m(*pts[1], *pts[2]), rel=1e-9)
+    assert f["battery_used_pct"] == pytest.approx(18.5)
+    assert f["max_alt_m"] == 30.0 and f["modes"] == ["GUIDED", "AUTO"] and f["events"] == 3
