@@ -1,0 +1,189 @@
+"""Sending commands through TWIN_CMD and waiting for their `cmd_result`.
+
+Used by `mavjet cmd`, the demo's sortie, the command benchmark and the tests.
+One core subscription on `fleet.<env>.veh.*.evt.cmd_result` serves every
+command in flight (results are matched by `cmd_id`), opened *before* the
+first publish so a fast result cannot be missed. A command is published with
+`Nats-Msg-Id` = its id, so publishing it twice within the stream's duplicate
+window queues it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from drivers.errors import MavjetError
+from gateway import envelope
+from gateway.commands.catalogue import encode_command, validate_params
+from gateway.subjects import cmd_subject, event_filter
+
+RECENT_RESULTS = 10_000
+
+
+class ResultTimeout(MavjetError):
+    """No cmd_result arrived for a command within the wait."""
+
+    def __init__(self, cmd_id: str, timeout_s: float) -> None:
+        super().__init__(f"no cmd_result for {cmd_id} within {timeout_s:g} s")
+        self.cmd_id = cmd_id
+        self.timeout_s = timeout_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    """A `cmd_result` event as seen by the issuer."""
+
+    vid: str
+    cmd_id: str
+    name: str
+    result: str
+    mav_result: int | None
+    detail: str
+    attempts: int
+    latency_ms: float  # as the gateway measured it (issued -> result)
+    seen_ns: int  # when this client received the event
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return self.result == "accepted"
+
+
+def new_command_id() -> str:
+    return uuid.uuid4().hex
+
+
+class CommandClient:
+    """Publish commands and await their results. Use as `async with CommandClient(nc, env) as cc:`."""
+
+    def __init__(self, nc: Client, env: str, *, issuer: str = "mavjet-cli", publish_timeout_s: float = 5.0) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=publish_timeout_s)
+        self.env = env
+        self.issuer = issuer
+        self._sub: Subscription | None = None
+        self._waiters: dict[str, asyncio.Future[Result]] = {}
+        self._recent: OrderedDict[str, Result] = OrderedDict()
+        self.published_ns: dict[str, int] = {}
+
+    async def __aenter__(self) -> CommandClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._sub is None:
+            self._sub = await self.nc.subscribe(event_filter(self.env, "*", "cmd_result"), cb=self._on_result)
+            await self.nc.flush()
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # the connection may already be closed; nothing left to undo
+                pass
+            self._sub = None
+        for fut in self._waiters.values():
+            fut.cancel()
+        self._waiters.clear()
+
+    async def _on_result(self, msg: Msg) -> None:
+        try:
+            env = envelope.unpack(msg.data)
+        except envelope.EnvelopeError:
+            return
+        d = env.data
+        cmd_id = d.get("cmd_id")
+        if not isinstance(cmd_id, str):
+            return
+        res = Result(
+            vid=env.vid, cmd_id=cmd_id, name=str(d.get("name", "")), result=str(d.get("result", "")),
+            mav_result=d.get("mav_result"), detail=str(d.get("detail", "")), attempts=int(d.get("attempts") or 0),
+            latency_ms=float(d.get("latency_ms") or 0.0), seen_ns=time.time_ns(), data=d,
+        )  # fmt: skip
+        self._recent[cmd_id] = res
+        while len(self._recent) > RECENT_RESULTS:
+            self._recent.popitem(last=False)
+        fut = self._waiters.pop(cmd_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(res)
+
+    # -- publishing --------------------------------------------------------
+    async def publish(
+        self,
+        vid: str,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        cmd_id: str | None = None,
+        deadline_s: float | None = None,
+        validate: bool = True,
+    ) -> str:
+        """Queue a command; returns its id. `validate=False` sends params unchecked (tests of the gateway)."""
+        params = dict(params or {})
+        if validate:
+            validate_params(name, params)
+        cmd_id = cmd_id or new_command_id()
+        now = time.time_ns()
+        deadline_ns = None if deadline_s is None else now + int(deadline_s * 1e9)
+        payload = encode_command(cmd_id, params, issued_ns=now, deadline_ns=deadline_ns, issuer=self.issuer)
+        await self.publish_raw(vid, name, payload, msg_id=cmd_id)
+        return cmd_id
+
+    async def publish_raw(self, vid: str, name: str, payload: bytes, *, msg_id: str) -> None:
+        """Publish an already-encoded body (also bad ones, for tests) with Nats-Msg-Id `msg_id`."""
+        await self.start()
+        self.published_ns[msg_id] = time.time_ns()
+        await self.js.publish(
+            cmd_subject(self.env, vid, name), payload,
+            headers={"Nats-Msg-Id": msg_id, "Content-Type": envelope.CONTENT_TYPE},
+        )  # fmt: skip
+
+    def expect(self, cmd_id: str) -> asyncio.Future[Result]:
+        """A future for `cmd_id`'s result (already resolved if it has arrived)."""
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        done = self._recent.get(cmd_id)
+        if done is not None:
+            fut.set_result(done)
+        else:
+            self._waiters[cmd_id] = fut
+        return fut
+
+    async def wait(self, cmd_id: str, timeout_s: float) -> Result:
+        fut = self._waiters.get(cmd_id) or self.expect(cmd_id)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(fut)
+        except TimeoutError:
+            raise ResultTimeout(cmd_id, timeout_s) from None
+
+    async def call(
+        self,
+        vid: str,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        deadline_s: float | None = None,
+        timeout_s: float = 60.0,
+        cmd_id: str | None = None,
+    ) -> Result:
+        """Publish and wait for the result."""
+        cmd_id = cmd_id or new_command_id()
+        self.expect(cmd_id)
+        await self.publish(vid, name, params, cmd_id=cmd_id, deadline_s=deadline_s)
+        return await self.wait(cmd_id, timeout_s)
+
+    def result(self, cmd_id: str) -> Result | None:
+        return self._recent.get(cmd_id)

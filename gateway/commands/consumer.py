@@ -1,0 +1,215 @@
+"""The gateway's command intake: one durable pull consumer per vehicle on TWIN_CMD.
+
+`CommandService` is a gateway extension (`gateway.extensions`): it opens the
+ledger, waits for NATS, and runs one `VehicleCommands` loop per vehicle in
+its own task, so a vehicle that is slow to answer never holds up another.
+
+Each loop owns the durable consumer `gw_<vid>` (filter
+`fleet.<env>.veh.<vid>.cmd.>`), created or updated from `[commands]`
+(AckWait, MaxDeliver, BackOff) and with MaxAckPending 1: the server hands
+out the next command only when the previous one is finished, so commands of
+one vehicle run in order, one at a time, and a command waiting for a
+redelivery (nak with delay) is not overtaken by a later one.
+
+nats-py pull subscriptions can go stale across a server restart (the fetch
+request goes nowhere and every fetch just times out). The loop therefore
+re-binds after every reconnect, and when a fetch times out it asks the
+server for the consumer: missing → re-created; messages pending but none
+delivered → the subscription is stale, re-bound.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+import nats.errors
+import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from drivers.mavlink.backoff import Backoff
+from gateway.commands.executor import CRASH_ENV, CommandExecutor
+from gateway.commands.ledger import Ledger
+from gateway.config import CommandConfig, GatewayConfig
+from gateway.publisher import Publisher
+from gateway.subjects import CMD_STREAM, cmd_filter
+from gateway.vehicle import VehicleTwin
+
+log = structlog.get_logger("mavjet.commands")
+
+LEDGER_FILE = "commands.sqlite"
+PRUNE_INTERVAL_S = 600.0
+
+
+def durable_name(vid: str) -> str:
+    return f"gw_{vid}"
+
+
+def consumer_config(env: str, vid: str, cfg: CommandConfig) -> ConsumerConfig:
+    name = durable_name(vid)
+    return ConsumerConfig(
+        name=name,
+        durable_name=name,
+        description=f"mavjet gateway commands for {vid}",
+        filter_subject=cmd_filter(env, vid),
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=cfg.ack_wait_s,
+        max_deliver=cfg.max_deliver,
+        backoff=list(cfg.backoff_s) or None,
+        max_ack_pending=1,
+    )
+
+
+def _drifted(have: ConsumerConfig, want: ConsumerConfig) -> list[str]:
+    out = []
+    if have.filter_subject != want.filter_subject:
+        out.append("filter_subject")
+    if have.max_deliver != want.max_deliver:
+        out.append("max_deliver")
+    if have.max_ack_pending != want.max_ack_pending:
+        out.append("max_ack_pending")
+    if [round(b, 3) for b in (have.backoff or [])] != [round(b, 3) for b in (want.backoff or [])]:
+        out.append("backoff")
+    if not want.backoff and round(have.ack_wait or 0, 3) != round(want.ack_wait or 0, 3):
+        out.append("ack_wait")
+    return out
+
+
+async def ensure_consumer(js: JetStreamContext, env: str, vid: str, cfg: CommandConfig) -> ConsumerInfo:
+    """Create the vehicle's consumer if missing, update it if its settings drifted from config."""
+    want = consumer_config(env, vid, cfg)
+    info: ConsumerInfo | None
+    try:
+        info = await js.consumer_info(CMD_STREAM, durable_name(vid))
+    except NotFoundError:
+        info = None
+    if info is not None:
+        drift = _drifted(info.config, want)
+        if not drift:
+            return info
+        log.info("command_consumer_update", vehicle=vid, fields=drift)
+    else:
+        log.info("command_consumer_create", vehicle=vid, consumer=want.durable_name)
+    created: ConsumerInfo = await js.add_consumer(CMD_STREAM, config=want)
+    return created
+
+
+class _Rebind(Exception):
+    """The pull subscription must be bound again (reconnect, missing or stale consumer)."""
+
+
+class VehicleCommands:
+    """One vehicle's command loop: fetch(1), execute, ack; forever, surviving NATS outages."""
+
+    def __init__(self, twin: VehicleTwin, ledger: Ledger, publisher: Publisher, cfg: GatewayConfig,
+                 *, crash_after_ledger: str | None = None) -> None:
+        self.twin = twin
+        self.vid = twin.vid
+        self.publisher = publisher
+        self.cfg = cfg
+        self.executor = CommandExecutor(
+            twin, ledger, cfg=cfg.commands, env=cfg.env, crash_after_ledger=crash_after_ledger
+        )
+        self.binds = 0
+        self.stale_rebinds = 0
+        self.dispositions: dict[str, int] = {}
+
+    async def run(self) -> None:
+        backoff = Backoff(initial_s=0.2, max_s=5.0)
+        while True:
+            sub: Any = None
+            try:
+                nc, js = await self._connection()
+                await ensure_consumer(js, self.cfg.env, self.vid, self.cfg.commands)
+                sub = await js.pull_subscribe_bind(durable=durable_name(self.vid), stream=CMD_STREAM)
+                self.binds += 1
+                backoff.reset()
+                await self._pull(nc, js, sub)
+            except _Rebind as exc:
+                log.info("command_consumer_rebind", vehicle=self.vid, reason=str(exc))
+            except Exception as exc:  # nats-py raises a wide range; the loop must outlive all of it
+                delay = backoff.next_delay_s()
+                log.warning("command_consumer_error", vehicle=self.vid, error=f"{type(exc).__name__}: {exc}",
+                            retry_in_s=round(delay, 2))
+                await anyio.sleep(delay)
+            finally:
+                if sub is not None:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                        try:
+                            await sub.unsubscribe()
+                        except Exception:  # the connection may be gone; nothing to clean up then
+                            pass
+
+    async def _connection(self) -> tuple[Client, JetStreamContext]:
+        while True:
+            await self.publisher.connected.wait()
+            nc, js = self.publisher.nc, self.publisher.js
+            if nc is not None and js is not None and nc.is_connected:
+                return nc, js
+            await anyio.sleep(0.2)
+
+    async def _pull(self, nc: Client, js: JetStreamContext, sub: Any) -> None:
+        reconnects = nc.stats["reconnects"]
+        timeout = self.cfg.commands.fetch_timeout_s
+        while True:
+            if nc.stats["reconnects"] != reconnects:
+                raise _Rebind("NATS reconnected")
+            if not nc.is_connected:
+                await anyio.sleep(0.1)
+                continue
+            try:
+                msgs = await sub.fetch(1, timeout=timeout)
+            except nats.errors.TimeoutError:
+                await self._check_stale(js)
+                continue
+            for msg in msgs:
+                done = await self.executor.handle(msg)
+                self.dispositions[done] = self.dispositions.get(done, 0) + 1
+
+    async def _check_stale(self, js: JetStreamContext) -> None:
+        try:
+            info = await js.consumer_info(CMD_STREAM, durable_name(self.vid), timeout=self.cfg.commands.fetch_timeout_s)
+        except NotFoundError:
+            raise _Rebind("consumer missing (server lost it): re-creating") from None
+        if (info.num_pending or 0) > 0 and not info.num_ack_pending and not info.num_waiting:
+            self.stale_rebinds += 1
+            raise _Rebind(f"stale pull subscription: {info.num_pending} commands pending, none delivered")
+
+
+class CommandService:
+    """Gateway extension: runs the command loops of every vehicle (see module docstring)."""
+
+    def __init__(self, *, crash_after_ledger: str | None = None) -> None:
+        self.crash_after_ledger = crash_after_ledger if crash_after_ledger is not None else os.environ.get(CRASH_ENV)
+        self.loops: dict[str, VehicleCommands] = {}
+        self.ledger: Ledger | None = None
+        self.started = anyio.Event()
+
+    async def run(self, gateway: Any) -> None:
+        cfg: GatewayConfig = gateway.cfg
+        ledger = Ledger(cfg.state_dir / LEDGER_FILE, retention_s=cfg.commands.ledger_retention_s)
+        self.ledger = ledger
+        try:
+            for twin in gateway.twins.values():
+                self.loops[twin.vid] = VehicleCommands(
+                    twin, ledger, gateway.publisher, cfg, crash_after_ledger=self.crash_after_ledger
+                )
+            async with anyio.create_task_group() as tg:
+                for vid, loop in self.loops.items():
+                    tg.start_soon(loop.run, name=f"vehicle[{vid}].commands")
+                tg.start_soon(self._prune, ledger, name="gateway.commands.ledger_prune")
+                self.started.set()
+        finally:
+            ledger.close()
+
+    async def _prune(self, ledger: Ledger) -> None:
+        while True:
+            await anyio.sleep(PRUNE_INTERVAL_S)
+            pruned = await ledger.prune()
+            if pruned:
+                log.info("command_ledger_pruned", entries=pruned)

@@ -1,0 +1,107 @@
+"""`mavjet cmd VID NAME [--param k=v ...] [--deadline 30s] [--wait]`: command a vehicle through TWIN_CMD.
+
+Parameters are checked against the catalogue before anything is published
+(the gateway checks again: it trusts no publisher). With `--wait` the command
+prints its `cmd_result` and the round trip, and the exit status says how it
+ended: 0 accepted, 1 not accepted, 2 bad usage, 3 NATS unreachable, 4 no
+result within `--timeout`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from drivers.errors import MavjetError
+from gateway import natsconn
+from gateway.commands.catalogue import CATALOGUE, CommandInvalid, parse_cli_params
+from gateway.commands.client import CommandClient, ResultTimeout, new_command_id
+from gateway.natsconn import NatsUnavailable
+from gateway.subjects import check_token
+from gateway.units import parse_duration_s
+
+EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+
+
+def _catalogue_text() -> str:
+    lines = ["commands:"]
+    for spec in CATALOGUE.values():
+        params = " ".join(f"{p.name}=<{p.kind.__name__}{', ' + p.unit if p.unit else ''}>" + ("" if p.required else "?")
+                          for p in spec.params)
+        lines.append(f"  {spec.name:<15} {params:<45} {spec.summary}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mavjet cmd",
+        description="Send a command to a vehicle through TWIN_CMD (and with --wait, print its result).",
+        epilog="Example: mavjet cmd VID-001 takeoff --param alt_m=20 --deadline 30s --wait\n\n" + _catalogue_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("vid", help="vehicle id, e.g. VID-001")
+    p.add_argument("name", choices=list(CATALOGUE), metavar="NAME", help="command name (see the list below)")
+    p.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE", help="a parameter (repeatable)")
+    p.add_argument("--deadline", help="do not execute after this long from now (e.g. 30s, 2m)")
+    p.add_argument("--wait", action="store_true", help="wait for the cmd_result and exit 0 only if accepted")
+    p.add_argument("--timeout", default="60s", help="how long --wait waits (default: %(default)s)")
+    p.add_argument("--id", dest="cmd_id", help="command id (default: a new UUID); reusing an id is de-duplicated")
+    p.add_argument("--issuer", default="mavjet-cli", help="who issues the command (audit trail)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    natsconn.add_nats_arguments(p)
+    return p
+
+
+async def run(args: argparse.Namespace) -> int:
+    try:
+        check_token("vid", args.vid)
+        params = parse_cli_params(args.name, args.param)
+        deadline_s = None if args.deadline is None else parse_duration_s(args.deadline)
+        timeout_s = parse_duration_s(args.timeout)
+    except (CommandInvalid, ValueError, MavjetError) as exc:
+        print(f"mavjet cmd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-cmd"))
+    except NatsUnavailable as exc:
+        print(f"mavjet cmd: {exc}", file=sys.stderr)
+        return EXIT_NATS
+    try:
+        async with CommandClient(nc, args.env, issuer=args.issuer) as client:
+            cmd_id = args.cmd_id or new_command_id()
+            if args.wait:
+                client.expect(cmd_id)
+            t0 = time.monotonic()
+            try:
+                await client.publish(args.vid, args.name, params, cmd_id=cmd_id, deadline_s=deadline_s)
+            except Exception as exc:  # nats-py raises a wide range (no stream, timeout...)
+                print(f"mavjet cmd: publishing failed: {type(exc).__name__}: {exc} "
+                      "(is TWIN_CMD provisioned? mavjet provision)", file=sys.stderr)
+                return EXIT_NATS
+            if not args.wait:
+                print(json.dumps({"cmd_id": cmd_id, "published": True}) if args.json else cmd_id)
+                return EXIT_ACCEPTED
+            try:
+                res = await client.wait(cmd_id, timeout_s)
+            except ResultTimeout as exc:
+                print(f"mavjet cmd: {exc} (is a gateway serving {args.vid}?)", file=sys.stderr)
+                return EXIT_TIMEOUT
+            rtt_ms = (time.monotonic() - t0) * 1000.0
+    finally:
+        await nc.close()
+    if args.json:
+        print(json.dumps({**res.data, "vid": res.vid, "roundtrip_ms": round(rtt_ms, 2)}, default=str))
+    else:
+        mav = "" if res.mav_result is None else f" mav_result={res.mav_result}"
+        detail = f" — {res.detail}" if res.detail else ""
+        print(f"{res.vid} {res.name} {res.cmd_id}: {res.result}{mav} attempts={res.attempts} "
+              f"latency={res.latency_ms:.1f} ms round-trip={rtt_ms:.1f} ms{detail}")
+    return EXIT_ACCEPTED if res.accepted else EXIT_NOT_ACCEPTED
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    return asyncio.run(run(args))

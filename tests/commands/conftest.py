@@ -1,0 +1,98 @@
+"""Real nats-server + real simulated vehicles over TCP + an in-process gateway running CommandService."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from gateway.commands.client import CommandClient, Result
+from gateway.commands.consumer import CommandService
+from gateway.config import CommandConfig
+from gateway.daemon import Gateway
+from sim.fleet import SimConfig, SimFleet
+from sim.vehicle import SimVehicle
+from tests.gateway.conftest import ENV, collect_events, gateway_config, wait_for
+
+# Fast but realistic: short ACK timeout, quick redelivery, no BackOff list unless a test wants one.
+TEST_COMMANDS = CommandConfig(
+    ack_wait_s=5.0, max_deliver=6, backoff_s=(), ack_timeout_s=0.5, retries=2, in_progress_timeout_s=10.0,
+    in_progress_interval_s=1.0, nak_delay_s=0.3, fetch_timeout_s=1.0,
+)
+
+
+@dataclass
+class Rig:
+    fleet: SimFleet
+    gw: Gateway
+    service: CommandService
+    client: CommandClient
+    nc: Client
+
+    def vehicle(self, vid: str) -> SimVehicle:
+        return self.fleet.vehicles[int(vid.rsplit("-", 1)[1]) - 1]
+
+    async def call(self, vid: str, name: str, params: dict[str, Any] | None = None, *, timeout_s: float = 30.0,
+                   deadline_s: float | None = None) -> Result:
+        return await self.client.call(vid, name, params, timeout_s=timeout_s, deadline_s=deadline_s)
+
+    def executions(self, vid: str, command: int) -> int:
+        return sum(1 for e in self.vehicle(vid).executions if e.command == command)
+
+
+async def ready_to_fly(fleet: SimFleet, timeout_s: float = 20.0) -> None:
+    """Every vehicle has a 3D fix and a settled EKF (pre-arm checks pass)."""
+    await wait_for(lambda: all(v.position_ok for v in fleet.vehicles), timeout_s=timeout_s)
+
+
+@asynccontextmanager
+async def command_rig(
+    nc: Client,
+    url: str,
+    state_dir: Path,
+    *,
+    vehicles: int = 1,
+    commands: CommandConfig = TEST_COMMANDS,
+    sim: SimConfig | None = None,
+    crash_after_ledger: str | None = None,
+    configure: Callable[[Gateway], None] | None = None,
+) -> AsyncIterator[Rig]:
+    sim_cfg = sim or SimConfig(vehicles=vehicles, base_port=0, speedup=5.0)
+    async with SimFleet(sim_cfg) as fleet:
+        cfg = gateway_config(url, fleet.endpoints, state_dir, commands=commands)
+        service = CommandService(crash_after_ledger=crash_after_ledger or "")
+        gw = Gateway(cfg)
+        gw.extensions.append(service)
+        if configure is not None:
+            configure(gw)
+        async with running_gateway_with(gw), CommandClient(nc, ENV, issuer="pytest") as client:
+            await wait_for(lambda: len(service.loops) == len(fleet.vehicles) and
+                           all(loop.binds for loop in service.loops.values()), timeout_s=20)
+            yield Rig(fleet=fleet, gw=gw, service=service, client=client, nc=nc)
+
+
+@asynccontextmanager
+async def running_gateway_with(gw: Gateway) -> AsyncIterator[Gateway]:
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gw.run)
+        with anyio.fail_after(30):
+            await gw.ready.wait()
+        try:
+            yield gw
+        finally:
+            gw.request_stop("test done")
+
+
+async def cmd_results(nc: Client, vid: str = "*") -> list[dict[str, Any]]:
+    """Every cmd_result stored in TWIN_EVENTS (with the msg id under `_msg_id`)."""
+    events = await collect_events(nc, f"fleet.{ENV}.veh.{vid}.evt.cmd_result")
+    return [{**d, "_vid": v, "_msg_id": mid} for v, _t, d, mid in events]
+
+
+__all__ = ["ENV", "TEST_COMMANDS", "Rig", "cmd_results", "command_rig", "ready_to_fly", "wait_for"]
