@@ -1,0 +1,57 @@
+"""A simulated vehicle and the real `MavlinkLink` to it over loopback TCP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+
+from drivers.mavlink.command import CommandConfig
+from drivers.mavlink.link import LinkConfig, MavlinkLink
+from drivers.mavlink.mission import MissionConfig
+from drivers.mavlink.params import ParamConfig
+from drivers.mavlink.runner import ProtocolConfig
+from drivers.mavlink.transport import Endpoint
+from sim.fleet import SimConfig, SimFleet
+from sim.vehicle import SimVehicle
+
+#: Timeouts for tests: short enough to keep retries quick, long enough for a loaded 2-core box.
+FAST = ProtocolConfig(
+    command=CommandConfig(ack_timeout_s=0.5, max_attempts=3, in_progress_timeout_s=10.0),
+    mission=MissionConfig(item_timeout_s=0.5, max_retries=6),
+    params=ParamConfig(timeout_s=0.5, max_attempts=4),
+    heartbeat_wait_s=3.0,
+    operation_timeout_s=40.0,
+)
+
+
+@asynccontextmanager
+async def sim_link(config: SimConfig | None = None) -> AsyncIterator[tuple[MavlinkLink, SimVehicle]]:
+    """One sim vehicle and a connected, heartbeat-ready link to it."""
+    cfg = config or SimConfig(vehicles=1, base_port=0, speedup=5.0)
+    async with SimFleet(cfg) as fleet:
+        link = MavlinkLink(
+            name="veh1",
+            endpoint=Endpoint.parse(fleet.endpoints[0]),
+            config=LinkConfig(heartbeat_timeout_s=5.0),
+            on_messages=lambda msgs, recv_ns: None,
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(link.run)
+            with anyio.fail_after(15):
+                await link.wait_ready()
+            try:
+                yield link, fleet.vehicles[0]
+            finally:
+                tg.cancel_scope.cancel()
+
+
+async def wait_for(cond: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
+    """Poll `cond` until true, bounded in time."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await anyio.sleep(0.05)
