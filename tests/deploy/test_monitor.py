@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import subprocess
@@ -228,3 +229,49 @@ def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> Non
     bad = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert re.search(r"ack_pending\s+TWIN_CMD/gw-VID-002: 1001 unacknowledged > 1000", bad.stdout)
+
+
+def gateway_metric_names() -> set[str]:
+    """Every series name the gateway's /metrics can expose."""
+    from gateway.metrics import GatewayMetrics
+
+    gm = GatewayMetrics()
+    gm.events.labels(type="armed").inc()
+    gm.publishes.labels(kind="evt", result="ok").inc()
+    gm.commands.labels(name="arm", result="accepted").inc()
+    gm.errors.labels(where="x").inc()
+    gm.publish_latency.labels(kind="evt").observe(0.01)
+    names = set(parse_metrics(generate_latest(gm.registry).decode()))
+    # Per-link families are built at scrape time from live links: read their names from the source.
+    src = (ROOT / "gateway" / "metrics.py").read_text()
+    for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"', src):
+        names.add(name + "_total" if kind == "Counter" else name)
+    return names
+
+
+def test_dashboard_uses_only_exported_metrics() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert dash["uid"] == "mavjet-fleet" and dash["panels"]
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    used = set(re.findall(r"\bmavjet_[a-z_]+", " ".join(exprs)))
+    known = gateway_metric_names() | set(exported(sample_health(pending=1, ack_pending=1, used=1, lag=1)))
+    assert used - known == set(), used - known
+    # Stream health and fleet panels are both there, and the thresholds shown are the alert thresholds.
+    assert {"mavjet_consumer_pending_messages", "mavjet_stream_bytes_ratio", "mavjet_stream_replica_lag",
+            "mavjet_consumer_ack_pending_messages", "mavjet_link_up"} <= used
+    t = Thresholds()
+    by_title = {p["title"]: p for p in dash["panels"]}
+    steps = {title: p["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"]
+             for title, p in by_title.items() if "thresholds" in p.get("fieldConfig", {}).get("defaults", {})}
+    assert steps["Consumer lag (alert > 10,000)"] == t.consumer_lag_msgs
+    assert steps["Ack pending (alert > 1,000)"] == t.ack_pending_msgs
+    assert steps["Stream bytes / max_bytes (alert > 80%)"] == t.bytes_ratio
+    # The dashboard panels don't overlap on the grid.
+    cells: set[tuple[int, int]] = set()
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not (cells & mine), p["title"]
+        cells |= mine
