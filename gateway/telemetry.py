@@ -177,6 +177,10 @@ class VehicleModel:
                 f.last_lat, f.last_lon = self.lat_deg, self.lon_deg
                 self.emit("armed", recv_ns)
             else:
+                # ArduPilot disarms at touchdown, often before the next 1 Hz
+                # EXTENDED_SYS_STATE says ON_GROUND: land first, then disarm.
+                if self.landed_state in _AIRBORNE and (self.alt_m is None or self.alt_m < 2.0):
+                    self._landed_transition(_ON_GROUND, recv_ns)
                 f = self._flight
                 used = None
                 if f.battery_at_arm_pct is not None and self.battery_pct is not None:

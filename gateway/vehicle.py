@@ -84,11 +84,13 @@ class VehicleTwin:
         now = time.monotonic()
         if new is LinkState.UP:
             if self._was_up and self._lost_at_mono is not None:
+                # The outage runs from the last heartbeat before the loss, not from
+                # when the timeout noticed it.
                 self.emit("link_restored", outage_s=round(now - self._lost_at_mono, 2))
             self._was_up = True
             self._lost_at_mono = None
         elif old is LinkState.UP:
-            self._lost_at_mono = now
+            self._lost_at_mono = self.link.last_heartbeat_mono or now
             age = now - self.link.last_heartbeat_mono if self.link.last_heartbeat_mono else None
             self.emit("link_lost", heartbeat_age_s=None if age is None else round(age, 2))
 

@@ -31,6 +31,11 @@ async def _command(gw: object, vid: str, command: int, *params: float) -> None:
     await twin.link.send(m.MAVLink_command_long_message(twin.link.target_system, 1, command, 0, *p))
 
 
+async def _count(js: object, subject: str) -> int:
+    info = await js.stream_info("TWIN_STATE", subjects_filter=subject)  # type: ignore[attr-defined]
+    return int((info.state.subjects or {}).get(subject, 0))
+
+
 async def test_fleet_state_at_configured_rates(provisioned: Client, nats_server: NatsServer, fleet3: SimFleet,
                                                tmp_path: Path) -> None:
     cfg = gateway_config(nats_server.url, fleet3.endpoints, tmp_path / "state", metrics_port=0)
@@ -40,20 +45,19 @@ async def test_fleet_state_at_configured_rates(provisioned: Client, nats_server:
 
         async def complete() -> bool:
             st = await current_state(js, ENV)
-            return {(v, c) for v, c in st} >= {(f"VID-00{i}", c) for i in (1, 2, 3) for c in channels}
+            complete = {(v, c) for v, c in st} >= {(f"VID-00{i}", c) for i in (1, 2, 3) for c in channels}
+            return complete and all(st[(f"VID-00{i}", "link")].data["state"] == "up" for i in (1, 2, 3))
 
         await wait_for_async(complete, timeout_s=30)
         st = await current_state(js, ENV)
         assert st[("VID-002", "status")].data["flavour"] == "ardupilot"
         assert st[("VID-001", "link")].data["state"] == "up"
         # Rates: count stored position and battery samples over a window.
-        before = {ch: (await js.stream_info("TWIN_STATE", subjects_filter=f"fleet.{ENV}.veh.VID-001.state.{ch}")).state.messages
-                  for ch in ("position", "battery")}
+        before = {ch: await _count(js, f"fleet.{ENV}.veh.VID-001.state.{ch}") for ch in ("position", "battery")}
         t0 = time.monotonic()
         await asyncio.sleep(3.0)
         dt = time.monotonic() - t0
-        after = {ch: (await js.stream_info("TWIN_STATE", subjects_filter=f"fleet.{ENV}.veh.VID-001.state.{ch}")).state.messages
-                 for ch in ("position", "battery")}
+        after = {ch: await _count(js, f"fleet.{ENV}.veh.VID-001.state.{ch}") for ch in ("position", "battery")}
         pos_hz = (after["position"] - before["position"]) / dt
         bat_hz = (after["battery"] - before["battery"]) / dt
         assert 6.0 <= pos_hz <= 11.0, pos_hz
@@ -68,7 +72,8 @@ async def test_fleet_state_at_configured_rates(provisioned: Client, nats_server:
 
 
 async def test_flight_events_exactly_once(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
-    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet:
+    # A late GPS fix (10 s sim time) so the gateway sees the fix change happen.
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0, gps_fix_s=10.0, ekf_settle_s=12.0)) as fleet:
         v = fleet.vehicles[0]
         cfg = gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state")
         async with running_gateway(cfg) as gw:

@@ -135,3 +135,11 @@ def test_px4_modes_decoded() -> None:
     px4 = framed(m.MAVLink_heartbeat_message(m.MAV_TYPE_QUADROTOR, m.MAV_AUTOPILOT_PX4, DISARMED, (4 << 24) | (4 << 16), 3, 3))
     v.update(px4, 1)
     assert v.flavour == "px4" and v.mode == "AUTO.MISSION"
+
+
+def test_disarm_at_touchdown_lands_first() -> None:
+    v = VehicleModel(vid="VID-001")
+    feed(v, hb(), ext(m.MAV_LANDED_STATE_ON_GROUND), pos(0.0))
+    types = feed(v, hb(base=ARMED), ext(m.MAV_LANDED_STATE_IN_AIR), pos(10.0), pos(0.1), hb(base=DISARMED),
+                 ext(m.MAV_LANDED_STATE_ON_GROUND))
+    assert types == ["armed", "takeoff", "landed", "disarmed"]
