@@ -38,14 +38,20 @@ async def sim_link(config: SimConfig | None = None) -> AsyncIterator[tuple[Mavli
             config=LinkConfig(heartbeat_timeout_s=5.0),
             on_messages=lambda msgs, recv_ns: None,
         )
-        async with anyio.create_task_group() as tg:
-            await tg.start(link.run)
-            with anyio.fail_after(15):
-                await link.wait_ready()
-            try:
-                yield link, fleet.vehicles[0]
-            finally:
-                tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(link.run)
+                with anyio.fail_after(15):
+                    await link.wait_ready()
+                try:
+                    yield link, fleet.vehicles[0]
+                finally:
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Show the test's own failure, not anyio's wrapper around it.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
 
 async def wait_for(cond: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import anyio
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import CommandRejected
+from drivers.errors import CommandRejected, LinkError
 from drivers.mavlink.command import CommandResult
 from drivers.mavlink.fence import geofence_from_dict
 from drivers.mavlink.mission import FENCE, MISSION, RALLY
@@ -200,3 +201,36 @@ async def test_apply_geofence() -> None:
         assert v.params["FENCE_ENABLE"] == 1.0 and v.params["FENCE_ALT_MAX"] == 80.0
         assert v.params["FENCE_TYPE"] == 5.0
         assert len(v.missions.items(FENCE)) == 1
+
+
+async def test_silent_link_times_out() -> None:
+    async with sim_link() as (link, v):
+        v.drop_link(30.0)  # silence both ways, TCP kept open
+        out = await execute_command(link, mavlink2.MAV_CMD_USER_1, config=FAST)
+        assert out.result is CommandResult.TIMEOUT and out.attempts == FAST.command.max_attempts
+        assert out.mav_result is None
+        with pytest.raises(ParamTimeout):
+            await read_param(link, "WPNAV_SPEED", config=FAST)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=BaseExceptionGroup,
+    reason="MavlinkLink.run catches LinkError but anyio wraps it in an ExceptionGroup: a peer close crashes the link",
+)
+async def test_closed_link_raises_link_error() -> None:
+    async with sim_link() as (link, v):
+        v.drop_link(30.0, close=True)
+        await wait_for(lambda: not link.is_up and link.state.value == "down", 10.0, "link down")
+        with pytest.raises(LinkError):
+            await execute_command(link, mavlink2.MAV_CMD_USER_1, config=FAST)
+
+
+async def test_cancelling_a_runner_propagates_promptly() -> None:
+    async with sim_link() as (link, v):
+        v.drop_link(30.0)
+        started = anyio.current_time()
+        with anyio.move_on_after(0.3) as scope:
+            await upload_mission(link, parse_plan(DEMO.read_text()).mission, config=FAST)
+        assert scope.cancelled_caught
+        assert anyio.current_time() - started < 2.0
