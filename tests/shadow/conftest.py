@@ -1,0 +1,149 @@
+"""Real nats-server + real sim vehicles + an in-process gateway running the shadow extension."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+from sim.fleet import SimConfig, SimFleet
+
+from drivers.mavlink.link import LinkConfig
+from drivers.mavlink.transport import Endpoint
+from gateway.config import GatewayConfig, VehicleConfig
+from gateway.daemon import Gateway
+from gateway.natsconn import NatsOptions
+from gateway.shadow.config import ShadowConfig
+from gateway.shadow.service import ShadowService
+from gateway.subjects import SHADOW_BUCKET, shadow_key
+
+ENV = "test"
+
+FAST = ShadowConfig(retry_initial_s=0.3, retry_max_s=2.0, resync_interval_s=2.0, tick_s=0.2, confirm_s=3.0,
+                    request_timeout_s=1.0)
+
+
+async def wait_for(pred: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(interval_s)
+
+
+async def wait_for_async(pred: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, interval_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        last = await pred()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s (last: {last!r})")
+        await asyncio.sleep(interval_s)
+
+
+def gateway_config(url: str, endpoints: list[str], state_dir: Path) -> GatewayConfig:
+    return GatewayConfig(
+        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:03d}", endpoint=Endpoint.parse(ep)) for i, ep in enumerate(endpoints)),
+        nats=NatsOptions(servers=(url,), connect_timeout_s=1.0),
+        env=ENV, instance="test-gw", state_dir=state_dir,
+        link=LinkConfig(heartbeat_timeout_s=2.0, backoff_initial_s=0.1, backoff_max_s=0.5,
+                        stream_check_interval_s=0.5, stream_stale_s=2.0),
+        startup_timeout_s=10.0, nats_backoff_initial_s=0.2, nats_backoff_max_s=1.0,
+    )
+
+
+@dataclass
+class Shadowed:
+    """What a shadow test holds: the sim fleet, the gateway, its shadow service, a KV handle."""
+
+    fleet: SimFleet
+    gw: Gateway
+    shadow: ShadowService
+    nc: Client
+    kv: KeyValue
+
+    def key(self, vid: str, doc: str) -> str:
+        return shadow_key(ENV, vid, doc)
+
+    async def set_desired(self, vid: str, doc: Any) -> int:
+        data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        return int(await self.kv.put(self.key(vid, "desired"), data))
+
+    async def get(self, vid: str, doc: str) -> tuple[int, dict[str, Any] | None]:
+        try:
+            e = await self.kv.get(self.key(vid, doc))
+        except Exception:
+            return 0, None
+        return int(e.revision or 0), json.loads(e.value or b"null")
+
+    async def reported(self, vid: str) -> dict[str, Any] | None:
+        return (await self.get(vid, "reported"))[1]
+
+    async def wait_converged(self, vid: str, revision: int, timeout_s: float = 30.0) -> dict[str, Any]:
+        async def check() -> dict[str, Any] | None:
+            rep = await self.reported(vid)
+            if rep and rep.get("desired_revision") == revision and rep.get("converged"):
+                return rep
+            return None
+
+        result: dict[str, Any] = await wait_for_async(check, timeout_s)
+        return result
+
+    async def wait_reported(self, vid: str, pred: Callable[[dict[str, Any]], Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        async def check() -> dict[str, Any] | None:
+            rep = await self.reported(vid)
+            return rep if rep and pred(rep) else None
+
+        result: dict[str, Any] = await wait_for_async(check, timeout_s)
+        return result
+
+
+@asynccontextmanager
+async def shadowed(nc: Client, url: str, fleet: SimFleet, state_dir: Path,
+                   cfg: ShadowConfig = FAST) -> AsyncIterator[Shadowed]:
+    gw = Gateway(gateway_config(url, fleet.endpoints, state_dir))
+    svc = ShadowService(cfg)
+    gw.extensions.append(svc)
+    kv = await nc.jetstream().key_value(SHADOW_BUCKET)
+    # A plain task, not a task group: pytest-asyncio may set a fixture up and
+    # tear it down in different tasks, which a cancel scope does not allow.
+    task = asyncio.create_task(gw.run())
+    try:
+        with anyio.fail_after(30):
+            await gw.ready.wait()
+            await svc.started.wait()
+        yield Shadowed(fleet=fleet, gw=gw, shadow=svc, nc=nc, kv=kv)
+    finally:
+        gw.request_stop("test done")
+        with anyio.move_on_after(15):
+            await asyncio.shield(task)
+        if not task.done():
+            task.cancel()
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+@pytest.fixture
+async def fleet1() -> AsyncIterator[SimFleet]:
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=4.0)) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+async def sh(provisioned: Client, nats_server: Any, fleet1: SimFleet, tmp_path: Path) -> AsyncIterator[Shadowed]:
+    async with shadowed(provisioned, nats_server.url, fleet1, tmp_path / "state") as s:
+        yield s
