@@ -21,15 +21,16 @@ terminated, and its `cmd_result` has the deterministic Nats-Msg-Id
 one result per command.
 
 Test hook: with `crash_after_ledger="<command name>"` (the gateway reads it
-from MAVJET_TEST_CRASH_AFTER_LEDGER) the process exits with `os._exit(70)`
-right after the ledger write of an accepted command of that name: the
-vehicle has accepted it, the message is not acked and no result is spooled —
-the worst moment for a crash, which the tests reproduce.
+from MAVJET_TEST_CRASH_AFTER_LEDGER) the process sends itself SIGKILL right
+after the ledger write of an accepted command of that name: the vehicle has
+accepted it, the message is not acked and no result is spooled — the worst
+moment for a crash, which the tests reproduce.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,6 @@ from gateway.vehicle import VehicleTwin
 log = structlog.get_logger("mavjet.commands")
 
 CRASH_ENV = "MAVJET_TEST_CRASH_AFTER_LEDGER"
-CRASH_EXIT_CODE = 70
 
 _TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
 _REJECTED = (mavlink2.MAV_RESULT_DENIED, mavlink2.MAV_RESULT_UNSUPPORTED)
@@ -136,6 +136,7 @@ class CommandExecutor:
         self.result_subject = event_subject(env, twin.vid, "cmd_result")
         self.handled = 0
         self.duplicates = 0
+        self._run_started_mono = 0.0
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: Msg) -> str:
@@ -230,7 +231,7 @@ class CommandExecutor:
                 entry = stored
         if self.crash_after_ledger and out.result == "accepted" and name == self.crash_after_ledger:
             log.warning("test_crash_after_ledger", vehicle=self.vid, cmd_id=cmd_id)
-            os._exit(CRASH_EXIT_CODE)
+            os.kill(os.getpid(), signal.SIGKILL)
         if not entry.spooled:
             await self._spool(entry)
         twin = self.twin
@@ -272,6 +273,7 @@ class CommandExecutor:
                 await anyio.sleep(self.keepalive_s)
                 await _quietly(msg.in_progress())
 
+        self._run_started_mono = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(keepalive, name=f"vehicle[{self.vid}].commands.in_progress")
             try:
@@ -315,8 +317,14 @@ class CommandExecutor:
             return Outcome(result="invalid", detail=exc.reason)
 
     def _no_answer(self, detail: str, attempts: int) -> Outcome:
-        """No answer from the vehicle: a dropped link is retried later, a silent vehicle is a timeout."""
-        if not self.twin.link.is_up:
+        """No answer: a link outage is retried later (nak); a vehicle that was heard and stayed silent is a timeout.
+
+        "Heard" means a HEARTBEAT arrived after the command was first sent:
+        without one the command most likely never reached the vehicle (the
+        link state itself lags by the heartbeat timeout).
+        """
+        link = self.twin.link
+        if not link.is_up or link.last_heartbeat_mono <= self._run_started_mono:
             return Outcome(result="timeout", detail=f"link down: {detail}", attempts=attempts, retry=True)
         return Outcome(result="timeout", detail=detail, attempts=attempts)
 
