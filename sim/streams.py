@@ -1,0 +1,157 @@
+"""Which telemetry a vehicle sends, and when: ArduPilot's stream rules.
+
+ArduPilot sends nothing but HEARTBEAT until a ground station asks. Two ways
+to ask, both honoured here:
+
+- REQUEST_DATA_STREAM (legacy): a stream id selects a *group* of messages
+  at one rate in Hz (ArduCopter's groupings below; rate 0 or start_stop 0
+  stops the group).
+- MAV_CMD_SET_MESSAGE_INTERVAL: one message id, interval in microseconds;
+  -1 disables the message, 0 returns it to its group rate. An explicit
+  interval wins over the group rate.
+
+`Schedule` is sans-IO: `due(now)` returns the message ids to send at sim
+time `now`, keeping each message on its own fixed cadence (next = previous
++ interval, so a coarse tick does not erode the rate) and catching up at
+most a few missed slots after a stall instead of bursting.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+HEARTBEAT: Final = 0
+SYS_STATUS: Final = 1
+SYSTEM_TIME: Final = 2
+GPS_RAW_INT: Final = 24
+ATTITUDE: Final = 30
+GLOBAL_POSITION_INT: Final = 33
+MISSION_CURRENT: Final = 42
+VFR_HUD: Final = 74
+BATTERY_STATUS: Final = 147
+FENCE_STATUS: Final = 162
+HOME_POSITION: Final = 242
+EXTENDED_SYS_STATE: Final = 245
+
+STREAMABLE: Final = frozenset(
+    {
+        HEARTBEAT,
+        SYS_STATUS,
+        SYSTEM_TIME,
+        GPS_RAW_INT,
+        ATTITUDE,
+        GLOBAL_POSITION_INT,
+        MISSION_CURRENT,
+        VFR_HUD,
+        BATTERY_STATUS,
+        FENCE_STATUS,
+        HOME_POSITION,
+        EXTENDED_SYS_STATE,
+    }
+)
+
+# MAV_DATA_STREAM_* → messages, as ArduCopter's GCS_Mavlink.cpp groups them
+# (restricted to the messages the simulator models).
+GROUPS: Final[dict[int, tuple[int, ...]]] = {
+    2: (SYS_STATUS, MISSION_CURRENT, GPS_RAW_INT, FENCE_STATUS, EXTENDED_SYS_STATE),  # EXTENDED_STATUS
+    6: (GLOBAL_POSITION_INT,),  # POSITION
+    10: (ATTITUDE,),  # EXTRA1
+    11: (VFR_HUD,),  # EXTRA2
+    12: (SYSTEM_TIME, BATTERY_STATUS),  # EXTRA3
+}
+ALL_STREAMS: Final = 0  # MAV_DATA_STREAM_ALL
+MAX_CATCH_UP: Final = 3  # slots sent at once after a stall, at most
+
+
+class Schedule:
+    """Per-vehicle message intervals and due times (sim seconds)."""
+
+    __slots__ = ("_entries", "_group_hz", "_overrides", "next_due")
+
+    def __init__(self) -> None:
+        self._group_hz: dict[int, float] = {}
+        self._overrides: dict[int, float | None] = {HEARTBEAT: 1.0}  # None: disabled
+        self._entries: list[list[float]] = []  # [next_due, interval, msg_id]
+        self.next_due = float("inf")
+        self._rebuild(0.0)
+
+    def reset(self, now: float) -> None:
+        """After a reboot: heartbeat only."""
+        self._group_hz.clear()
+        self._overrides = {HEARTBEAT: 1.0}
+        self._entries = []
+        self._rebuild(now)
+
+    def interval(self, msg_id: int) -> float | None:
+        """Current interval in seconds, or None when the message is not being sent."""
+        if msg_id in self._overrides:
+            return self._overrides[msg_id]
+        rates = [hz for sid, hz in self._group_hz.items() if msg_id in GROUPS.get(sid, ())]
+        best = max(rates, default=0.0)
+        return 1.0 / best if best > 0 else None
+
+    def set_interval(self, msg_id: int, interval_us: float, now: float) -> bool:
+        """SET_MESSAGE_INTERVAL; False when the message is not one the vehicle can stream."""
+        if msg_id not in STREAMABLE:
+            return False
+        if interval_us < 0:
+            self._overrides[msg_id] = None
+        elif interval_us == 0:
+            if msg_id == HEARTBEAT:
+                self._overrides[HEARTBEAT] = 1.0
+            else:
+                self._overrides.pop(msg_id, None)
+        else:
+            self._overrides[msg_id] = max(interval_us / 1e6, 0.001)
+        self._rebuild(now)
+        return True
+
+    def request_stream(self, stream_id: int, rate_hz: float, start: bool, now: float) -> None:
+        """REQUEST_DATA_STREAM."""
+        ids = list(GROUPS) if stream_id == ALL_STREAMS else [stream_id]
+        for sid in ids:
+            if sid not in GROUPS:
+                continue
+            if start and rate_hz > 0:
+                self._group_hz[sid] = float(rate_hz)
+            else:
+                self._group_hz.pop(sid, None)
+        self._rebuild(now)
+
+    def _rebuild(self, now: float) -> None:
+        old = {int(e[2]): e for e in self._entries}
+        entries: list[list[float]] = []
+        for msg_id in sorted(STREAMABLE):
+            iv = self.interval(msg_id)
+            if iv is None:
+                continue
+            prev = old.get(msg_id)
+            if prev is not None and prev[1] == iv:
+                entries.append(prev)
+            else:
+                entries.append([now, iv, float(msg_id)])  # first one goes out now
+        self._entries = entries
+        self.next_due = min((e[0] for e in entries), default=float("inf"))
+
+    def due(self, now: float) -> list[int]:
+        """Message ids to send at `now` (a message may appear more than once after a stall)."""
+        if now < self.next_due:
+            return []
+        out: list[int] = []
+        next_due = float("inf")
+        for e in self._entries:
+            if e[0] <= now:
+                n = 0
+                while e[0] <= now and n < MAX_CATCH_UP:
+                    out.append(int(e[2]))
+                    e[0] += e[1]
+                    n += 1
+                if e[0] <= now:  # fell far behind: resynchronise rather than burst
+                    e[0] = now + e[1]
+            next_due = min(next_due, e[0])
+        self.next_due = next_due
+        return out
+
+    def active(self) -> dict[int, float]:
+        """msg id → interval (s) for every message being sent."""
+        return {int(e[2]): e[1] for e in self._entries}
