@@ -40,6 +40,18 @@ MISSION_TYPE_NAMES = {MISSION: "mission", FENCE: "fence", RALLY: "rally"}
 MAV_MISSION_ACCEPTED = mavlink2.MAV_MISSION_ACCEPTED
 MAX_ITEMS = 65535  # MISSION_COUNT.count is uint16
 
+#: Frames whose x/y are latitude/longitude (degrees * 1e7 in MISSION_ITEM_INT).
+GLOBAL_FRAMES = frozenset(
+    {
+        mavlink2.MAV_FRAME_GLOBAL,
+        mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT,
+        mavlink2.MAV_FRAME_GLOBAL_INT,
+        mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT,
+        mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT,
+        mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT,
+    }
+)
+
 MAV_MISSION_RESULT_NAMES: dict[int, str] = {
     mavlink2.MAV_MISSION_ACCEPTED: "accepted",
     mavlink2.MAV_MISSION_ERROR: "error",
@@ -124,9 +136,17 @@ class MissionItem:
 
     @classmethod
     def from_message(cls, msg: MavMessage) -> MissionItem:
+        """From MISSION_ITEM_INT, or legacy MISSION_ITEM (float degrees in global frames)."""
+        frame = int(msg.frame)
+        if msg.get_type() == "MISSION_ITEM":
+            scale = 1e7 if frame in GLOBAL_FRAMES else 1.0
+            x = 0 if math.isnan(msg.x) else round(float(msg.x) * scale)
+            y = 0 if math.isnan(msg.y) else round(float(msg.y) * scale)
+        else:
+            x, y = int(msg.x), int(msg.y)
         return cls(
             seq=int(msg.seq),
-            frame=int(msg.frame),
+            frame=frame,
             command=int(msg.command),
             current=int(msg.current),
             autocontinue=int(msg.autocontinue),
@@ -134,8 +154,8 @@ class MissionItem:
             param2=float(msg.param2),
             param3=float(msg.param3),
             param4=float(msg.param4),
-            x=int(msg.x),
-            y=int(msg.y),
+            x=x,
+            y=y,
             z=float(msg.z),
             mission_type=int(getattr(msg, "mission_type", MISSION)),
         )
@@ -355,7 +375,7 @@ class MissionDownload(_Transfer):
         if self.state is not TransferState.RUNNING:
             return []
         mtype = msg.get_type()
-        if mtype not in ("MISSION_COUNT", "MISSION_ITEM_INT", "MISSION_ACK") or not self._from_target(msg):
+        if mtype not in ("MISSION_COUNT", "MISSION_ITEM_INT", "MISSION_ITEM", "MISSION_ACK") or not self._from_target(msg):
             return []
         if mtype == "MISSION_ACK":
             # A vehicle may abort a download with an error ACK.

@@ -32,7 +32,7 @@ from typing import Any
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from drivers.errors import MavjetError
-from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
+from drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
 
 MAV_CMD_NAV_WAYPOINT = mavlink2.MAV_CMD_NAV_WAYPOINT
 MAV_CMD_DO_JUMP = mavlink2.MAV_CMD_DO_JUMP
@@ -42,17 +42,6 @@ FENCE_CIRCLE_INCLUSION = mavlink2.MAV_CMD_NAV_FENCE_CIRCLE_INCLUSION
 FENCE_CIRCLE_EXCLUSION = mavlink2.MAV_CMD_NAV_FENCE_CIRCLE_EXCLUSION
 RALLY_POINT = mavlink2.MAV_CMD_NAV_RALLY_POINT
 
-#: Frames whose x/y are latitude/longitude (degrees * 1e7 in MISSION_ITEM_INT).
-GLOBAL_FRAMES = frozenset(
-    {
-        mavlink2.MAV_FRAME_GLOBAL,
-        mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT,
-        mavlink2.MAV_FRAME_GLOBAL_INT,
-        mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT,
-        mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT,
-        mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT,
-    }
-)
 KNOWN_FRAMES = frozenset(range(0, 22))  # MAV_FRAME values defined by MAVLink
 MAX_PLAN_BYTES = 4 * 1024 * 1024
 

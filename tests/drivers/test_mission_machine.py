@@ -237,3 +237,15 @@ def test_upload_final_item_is_not_resent_when_the_ack_is_lost() -> None:
     assert m.on_tick(2.5) == []
     assert m.on_tick(3.5) == []
     assert isinstance(m.error, MissionTimeout) and m.error.stage == "MISSION_ACK"
+
+
+def test_download_accepts_legacy_mission_item() -> None:
+    m = MissionDownload(target_system=1, target_component=1, config=CFG)
+    m.start(0.0)
+    m.on_message(count(1), 0.1)
+    legacy = mavlink2.MAVLink_mission_item_message(
+        245, 191, 0, mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT, 16, 0, 1, 0, 0, 0, 0, -35.3632621, 149.1652374, 30.0
+    )
+    m.on_message(wire(legacy), 0.2)
+    # float32 degrees lose up to ~4e-6 deg (≈ 40 units of 1e-7): why MISSION_ITEM_INT exists
+    assert m.ok and abs(m.items[0].x + 353632621) <= 50 and abs(m.items[0].y - 1491652374) <= 100
