@@ -27,6 +27,7 @@ import nats
 
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint
+from gateway import logs
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.daemon import Gateway
 from gateway.demo import pick_base_port
@@ -192,6 +193,7 @@ def ingest_main(argv: list[str]) -> int:
     p.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-ingest-N.json)")
     args = p.parse_args(argv)
+    logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-")
     server = NatsServer(store_dir=f"{tmp.name}/js")

@@ -91,6 +91,7 @@ class GatewayConfig:
     nats_backoff_max_s: float = 10.0
     spool_max_events: int = 100_000
     max_inflight_state: int = 4000
+    publish_tick_s: float = 0.02
     uvloop: bool = False
 
     def __post_init__(self) -> None:
@@ -109,6 +110,8 @@ class GatewayConfig:
                 raise ConfigError(f"rates.{ch}", "rate must be in (0, 50] Hz")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ConfigError("metrics.port", "must be a TCP port")
+        if not 0.001 <= self.publish_tick_s <= 0.5:
+            raise ConfigError("publish_tick_s", "must be between 0.001 and 0.5 s")
         for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s"):
             if getattr(self, key) <= 0:
                 raise ConfigError(key, "must be > 0")
@@ -121,7 +124,7 @@ class GatewayConfig:
 _TOP_KEYS = {
     "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
-    "max_inflight_state", "uvloop", "nats_backoff_initial_s", "nats_backoff_max_s",
+    "max_inflight_state", "uvloop", "publish_tick_s", "nats_backoff_initial_s", "nats_backoff_max_s",
 }
 _NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
 
@@ -157,7 +160,7 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         if key in raw:
             kw[key] = _typed(key, raw[key], str)
     for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s",
-                "nats_backoff_initial_s", "nats_backoff_max_s"):
+                "nats_backoff_initial_s", "nats_backoff_max_s", "publish_tick_s"):
         if key in raw:
             kw[key] = float(_typed(key, raw[key], (int, float)))
     for key in ("spool_max_events", "max_inflight_state"):

@@ -56,14 +56,35 @@ class Gateway:
         self.stopping.set()
 
     async def _ticker(self) -> None:
-        fastest = max(self.cfg.rates_hz.values())
-        period = 1.0 / fastest
+        """One wake-up per tick for the whole fleet: publish what is fresh and due."""
         twins = list(self.twins.values())
+        dirty: set[VehicleTwin] = set()
+        for twin in twins:
+            twin.on_fresh = dirty.add
+        link_hz = self.cfg.rates_hz.get("link")
+        link_every_ns = int(1e9 / link_hz) if link_hz else None
+        next_link_ns = time.time_ns()
         while True:
             now_ns = time.time_ns()
-            for twin in twins:
-                await twin.publish_due(now_ns)
-            await anyio.sleep(period)
+            if dirty:
+                batch = list(dirty)
+                dirty.clear()
+                for twin in batch:
+                    try:
+                        await twin.publish_fresh(now_ns)
+                    except Exception:  # one vehicle's bad state must not stop the others' publishing
+                        twin.fresh.clear()
+                        twin.report_error("publish")
+                    if twin.fresh:
+                        dirty.add(twin)
+            if link_every_ns is not None and now_ns >= next_link_ns:
+                next_link_ns = max(next_link_ns + link_every_ns, now_ns)
+                for twin in twins:
+                    try:
+                        await twin.publish_link(now_ns)
+                    except Exception:
+                        twin.report_error("publish")
+            await anyio.sleep(self.cfg.publish_tick_s)
 
     async def _watchdog(self) -> None:
         n = self._notifier

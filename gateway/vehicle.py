@@ -2,8 +2,10 @@
 
 The link calls `on_messages` synchronously for every batch it decodes; that
 is the hot path (model update, event hand-off). State publishing happens on
-the daemon's shared ticker via `publish_due`, decimated to the configured rate
-per channel (PERFORMANCE.md: never forward every MAVLink message).
+the daemon's shared ticker: `publish_fresh` sends channels with a new sample
+whose rate interval has passed (PERFORMANCE.md: decimate, never forward every
+MAVLink message), `publish_link` sends the gateway-computed link channel.
+A fresh sample waits at most one tick, so decimation adds little latency.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.link import LinkState, MavlinkLink
 from gateway import envelope
 from gateway.config import GatewayConfig, VehicleConfig
@@ -38,14 +41,20 @@ class VehicleTwin:
             on_messages=self.on_messages, on_state=self.on_link_state,
         )
         self.recv_ns: dict[str, int] = {}
-        self._interval_ns = {ch: int(1e9 / hz) for ch, hz in cfg.rates_hz.items()}
+        # Half a tick of slack: a sample due "almost now" goes out on this tick
+        # rather than one tick late, which would lower the effective rate.
+        slack_ns = int(cfg.publish_tick_s * 1e9 / 2)
+        self._interval_ns = {ch: int(1e9 / hz) - slack_ns for ch, hz in cfg.rates_hz.items() if ch != "link"}
         self._last_pub_ns: dict[str, int] = {}
+        self.fresh: set[str] = set()
+        self.on_fresh: Any = None  # set by the daemon: called with self when a channel gets a new sample
         self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
         self._lost_at_mono: float | None = None
         self._was_up = False
         self._last_msgs = 0
         self._last_link_pub_mono = time.monotonic()
         self.on_event_hooks: list[Any] = []
+        self._error_logged: dict[str, float] = {}
         self.closing = False  # set at shutdown: our own disconnect is not a lost link
 
     # -- hot path ----------------------------------------------------------
@@ -56,14 +65,24 @@ class VehicleTwin:
             for m in msgs:
                 update(m, recv_ns)
         except Exception:  # one bad message must never take the vehicle down
-            self.metrics.errors.labels(where="telemetry").inc()
-            log.exception("telemetry_update_failed", vehicle=self.vid)
+            self.report_error("telemetry")
         if model.updated:
             for ch in model.updated:
                 self.recv_ns[ch] = recv_ns
+            self.fresh |= model.updated
             model.updated.clear()
+            if self.on_fresh is not None:
+                self.on_fresh(self)
         if model.events:
             self._publish_events(model.drain_events())
+
+    def report_error(self, where: str) -> None:
+        """Count an error and log it with its traceback, at most every 10 s per vehicle and place."""
+        self.metrics.errors.labels(where=where).inc()
+        now = time.monotonic()
+        if now - self._error_logged.get(where, -1e9) >= 10.0:
+            self._error_logged[where] = now
+            log.exception(f"{where}_failed", vehicle=self.vid)
 
     def _publish_events(self, events: list[Event]) -> None:
         for ev in events:
@@ -115,26 +134,40 @@ class VehicleTwin:
             "gateway": self.cfg.instance,
         }
 
-    async def publish_due(self, now_ns: int) -> None:
+    async def publish_fresh(self, now_ns: int) -> None:
+        """Publish every channel with a new sample whose interval has passed."""
         pub = self.publisher
         last = self._last_pub_ns
-        for ch, interval in self._interval_ns.items():
+        model = self.model
+        for ch in list(self.fresh):
+            interval = self._interval_ns.get(ch)
+            if interval is None:
+                self.fresh.discard(ch)
+                continue
             if now_ns - last.get(ch, 0) < interval:
-                continue
-            if ch == "link":
-                last[ch] = now_ns
-                await pub.publish_state(self._subjects[ch], envelope.pack(self.vid, now_ns, self.link_channel()), now_ns)
-                continue
-            recv = self.recv_ns.get(ch)
-            if recv is None or recv <= last.get(ch, 0):
-                continue  # nothing new since the last publish
+                continue  # stays fresh: goes out on a later tick
+            self.fresh.discard(ch)
             last[ch] = now_ns
-            payload = envelope.pack(self.vid, self.model.sample_ns[ch], self.model.channels[ch])
-            await pub.publish_state(self._subjects[ch], payload, recv)
+            payload = envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch])
+            await pub.publish_state(self._subjects[ch], payload, self.recv_ns[ch])
+
+    async def publish_link(self, now_ns: int) -> None:
+        if "link" in self._subjects:
+            payload = envelope.pack(self.vid, now_ns, self.link_channel())
+            await self.publisher.publish_state(self._subjects["link"], payload, now_ns)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Supervise the link: a bug that escapes it restarts this vehicle only, after a backoff."""
         self.emit("gateway_started", gateway=self.cfg.instance, version=_version())
-        await self.link.run(task_status=task_status)
+        backoff = Backoff(initial_s=self.cfg.link.backoff_initial_s, max_s=self.cfg.link.backoff_max_s)
+        task_status.started()  # readiness is the daemon's wait on link.wait_ready()
+        while True:
+            try:
+                await self.link.run()
+            except Exception:
+                self.metrics.errors.labels(where="vehicle").inc()
+                log.exception("vehicle_task_crashed_restarting", vehicle=self.vid)
+            await anyio.sleep(backoff.next_delay_s())
 
 
 def _version() -> str:

@@ -10,11 +10,12 @@ from urllib.request import urlopen
 import anyio
 import anyio.to_thread
 from nats.aio.client import Client
-from sim.fleet import SimConfig, SimFleet
 
 from drivers.mavlink.dialect import mavlink2 as m
 from gateway.natsserver import NatsServer
 from gateway.ops.read import current_state
+from gateway.telemetry import VehicleModel
+from sim.fleet import SimConfig, SimFleet
 from tests.gateway.conftest import (
     ENV,
     collect_events,
@@ -208,3 +209,25 @@ async def test_nats_unreachable_at_start_then_spool_flushes(nats_server: NatsSer
         events = await collect_events(nc)
         await nc.close()
     assert ("VID-001", "gateway_started") in {(v, t) for v, t, _, _ in events}
+
+
+async def test_px4_flavour_and_a_crashing_vehicle_task(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with SimFleet(SimConfig(vehicles=2, base_port=0, speedup=4.0, flavour="px4")) as fleet:
+        cfg = gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state")
+        async with running_gateway(cfg) as gw:
+            a, b = gw.twins["VID-001"], gw.twins["VID-002"]
+            await wait_for(lambda: a.model.flavour == "px4" and a.model.mode is not None, 20)
+            assert a.model.modes is not None and a.model.modes.custom_mode(a.model.mode) >= 1 << 16
+            # A bug in one vehicle's message handling is contained and counted.
+            boom = {"n": 0}
+
+            class Broken(VehicleModel):
+                def update(self, msg: object, recv_ns: int) -> None:
+                    boom["n"] += 1
+                    raise RuntimeError("injected bug")
+
+            a.model = Broken(vid="VID-001")
+            n_b = b.link.codec.stats.messages_in
+            await wait_for(lambda: boom["n"] > 10 and b.link.codec.stats.messages_in > n_b + 10, 20)
+            assert a.link.is_up and b.link.is_up
+            assert gw.metrics.errors.labels(where="telemetry")._value.get() > 0
