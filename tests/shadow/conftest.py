@@ -15,7 +15,6 @@ import anyio
 import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
-from sim.fleet import SimConfig, SimFleet
 
 from drivers.mavlink.link import LinkConfig
 from drivers.mavlink.transport import Endpoint
@@ -25,6 +24,7 @@ from gateway.natsconn import NatsOptions
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.service import ShadowService
 from gateway.subjects import SHADOW_BUCKET, shadow_key
+from sim.fleet import SimConfig, SimFleet
 
 ENV = "test"
 
