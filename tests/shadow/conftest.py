@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -28,7 +30,7 @@ from sim.fleet import SimConfig, SimFleet
 
 ENV = "test"
 
-FAST = ShadowConfig(retry_initial_s=0.3, retry_max_s=2.0, resync_interval_s=2.0, tick_s=0.2, confirm_s=3.0,
+FAST = ShadowConfig(verify_interval_s=3.0, retry_initial_s=0.3, retry_max_s=2.0, resync_interval_s=2.0, tick_s=0.2, confirm_s=3.0,
                     request_timeout_s=1.0)
 
 
@@ -81,7 +83,14 @@ class Shadowed:
 
     async def set_desired(self, vid: str, doc: Any) -> int:
         data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-        return int(await self.kv.put(self.key(vid, "desired"), data))
+        deadline = time.monotonic() + 15
+        while True:  # right after a server restart JetStream may need a moment
+            try:
+                return int(await self.kv.put(self.key(vid, "desired"), data))
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def get(self, vid: str, doc: str) -> tuple[int, dict[str, Any] | None]:
         try:
