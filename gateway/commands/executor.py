@@ -77,6 +77,8 @@ log = structlog.get_logger("mavjet.commands")
 CRASH_ENV = "MAVJET_TEST_CRASH_AFTER_LEDGER"
 
 _TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
+# Results after which the vehicle may have acted: their ledger entry must survive power loss.
+_REACHED_VEHICLE = frozenset({"accepted", "failed", "timeout"})
 _REJECTED = (mavlink2.MAV_RESULT_DENIED, mavlink2.MAV_RESULT_UNSUPPORTED)
 
 
@@ -225,7 +227,7 @@ class CommandExecutor:
             cmd_id=cmd_id, vid=self.vid, name=name, result=out.result, subject=self.result_subject, msg_id=msg_id,
             payload=envelope.pack(self.vid, now_ns, data), spooled=False, at_ns=now_ns,
         )  # fmt: skip
-        if not await self.ledger.record(entry):
+        if not await self.ledger.record(entry, durable=out.result in _REACHED_VEHICLE):
             stored = await self.ledger.lookup(cmd_id)  # another delivery finished it first
             if stored is not None:
                 entry = stored

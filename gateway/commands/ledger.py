@@ -3,9 +3,9 @@
 JetStream delivers a command at least once: a gateway that dies between the
 vehicle's ACCEPTED and the ack gets the command again after AckWait (itself,
 after a restart, or another gateway). The ledger closes that gap: the final
-outcome of a command is written here, durably (SQLite WAL, synchronous=FULL),
-*before* the message is acked, and every delivery is checked against it
-before anything is sent to the vehicle. A redelivered command that is in the
+outcome of a command is written here (SQLite WAL, with an fsync when the
+vehicle may have acted on it) *before* the message is acked, and every
+delivery is checked against it before anything is sent to the vehicle. A redelivered command that is in the
 ledger is acked and not executed again.
 
 The ledger also keeps the command's `cmd_result` event (subject, msg id,
@@ -79,9 +79,16 @@ class Ledger:
             msg_id=str(row[5]), payload=bytes(row[6]), spooled=bool(row[7]), at_ns=int(row[8]),
         )  # fmt: skip
 
-    def record_sync(self, entry: LedgerEntry) -> bool:
-        """Write an outcome; the first write for an id wins. True if this call wrote it."""
+    def record_sync(self, entry: LedgerEntry, durable: bool = True) -> bool:
+        """Write an outcome; the first write for an id wins. True if this call wrote it.
+
+        `durable` commits with an fsync (synchronous=FULL, ~4 ms on these
+        disks): an executed command must survive power loss, because its
+        redelivery would execute it again. Outcomes that did not reach the
+        vehicle (invalid, rejected...) only need to survive a crash.
+        """
         with self._lock:
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO ledger (cmd_id, vid, name, result, subject, msg_id, payload, spooled, at_ns) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -91,7 +98,9 @@ class Ledger:
             return cur.rowcount == 1
 
     def mark_spooled_sync(self, cmd_id: str) -> None:
+        # No fsync: losing this mark only re-spools the result, which the stream de-duplicates.
         with self._lock:
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", (cmd_id,))
 
     def prune_sync(self, now_ns: int | None = None) -> int:
@@ -107,8 +116,8 @@ class Ledger:
     async def lookup(self, cmd_id: str) -> LedgerEntry | None:
         return await anyio.to_thread.run_sync(self.lookup_sync, cmd_id, limiter=self._limiter)
 
-    async def record(self, entry: LedgerEntry) -> bool:
-        return await anyio.to_thread.run_sync(self.record_sync, entry, limiter=self._limiter)
+    async def record(self, entry: LedgerEntry, *, durable: bool = True) -> bool:
+        return await anyio.to_thread.run_sync(self.record_sync, entry, durable, limiter=self._limiter)
 
     async def mark_spooled(self, cmd_id: str) -> None:
         await anyio.to_thread.run_sync(self.mark_spooled_sync, cmd_id, limiter=self._limiter)

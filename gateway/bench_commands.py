@@ -1,0 +1,238 @@
+"""`mavjet bench commands --vehicles N --duration S [--json OUT]`: command latency and throughput.
+
+Runs on this machine: a nats-server, the simulator (a separate process, so
+its CPU is not ours), and a gateway with the command executor in this
+process. One closed-loop worker per vehicle publishes a cheap idempotent
+command (`set_mode` to the vehicle's current mode: COMMAND_LONG → ACK, or
+`param_get`: PARAM_REQUEST_READ → PARAM_VALUE), waits for its `cmd_result`
+and publishes the next. Measured per command: publish → `cmd_result` seen by
+the issuer (the full path: JetStream, pull, ledger, MAVLink round trip,
+event spool, JetStream again).
+
+In the same run, the baseline: the bare JetStream round trip the command
+path is built on — N workers each publish to TWIN_CMD, pull it with fetch(1)
+from their own durable consumer and ack it, with the same NATS client code
+on the same event loop. The ratios say how much of the ceiling the command
+path keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from drivers.mavlink.transport import Endpoint
+from gateway import logs
+from gateway.commands.client import CommandClient
+from gateway.commands.consumer import CommandService
+from gateway.config import GatewayConfig, VehicleConfig
+from gateway.daemon import Gateway
+from gateway.demo import pick_base_port
+from gateway.natsconn import NatsOptions
+from gateway.natsserver import NatsServer
+from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.subjects import CMD_STREAM, cmd_filter, cmd_subject
+
+ENV = "bench"
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return round(s[min(len(s) - 1, int(q * len(s)))], 3)
+
+
+def summary(latencies_ms: list[float], count: int, wall_s: float) -> dict[str, Any]:
+    return {
+        "count": count,
+        "per_s": round(count / wall_s, 1) if wall_s > 0 else None,
+        "p50_ms": pct(latencies_ms, 0.50),
+        "p99_ms": pct(latencies_ms, 0.99),
+        "max_ms": round(max(latencies_ms), 3) if latencies_ms else None,
+    }
+
+
+async def baseline(url: str, workers: int, seconds: float) -> dict[str, Any]:
+    """publish → fetch(1) → ack, N workers in parallel, each on its own consumer of TWIN_CMD."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    subs = []
+    for i in range(workers):
+        vid = f"BASE-{i:04d}"
+        name = f"bench_{vid}"
+        await js.add_consumer(CMD_STREAM, ConsumerConfig(
+            name=name, durable_name=name, filter_subject=cmd_filter(ENV, vid), ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=30, max_ack_pending=1,
+        ))  # fmt: skip
+        subs.append((vid, await js.pull_subscribe_bind(durable=name, stream=CMD_STREAM)))
+    lat: list[float] = []
+    count = 0
+    stop_at = time.monotonic() + seconds
+
+    async def worker(vid: str, sub: Any) -> None:
+        nonlocal count
+        subject = cmd_subject(ENV, vid, "noop")
+        n = 0
+        while time.monotonic() < stop_at:
+            n += 1
+            t0 = time.perf_counter()
+            await js.publish(subject, b"x" * 64, headers={"Nats-Msg-Id": f"{vid}-{n}"})
+            msg = (await sub.fetch(1, timeout=5))[0]
+            await msg.ack()
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            count += 1
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker(vid, sub) for vid, sub in subs))
+    wall = time.monotonic() - t0
+    for vid, sub in subs:
+        await sub.unsubscribe()
+        await js.delete_consumer(CMD_STREAM, f"bench_{vid}")
+    await nc.close()
+    return summary(lat, count, wall)
+
+
+async def command_load(nc: Client, gw: Gateway, command: str, seconds: float, warmup: int) -> dict[str, Any]:
+    vids = list(gw.twins)
+    lat: list[float] = []
+    results: dict[str, int] = {}
+    count = 0
+
+    def params_for(vid: str) -> dict[str, Any]:
+        if command == "param_get":
+            return {"name": "RTL_ALT"}
+        return {"mode": gw.twins[vid].model.mode or "STABILIZE"}
+
+    async with CommandClient(nc, ENV, issuer="bench") as cc:
+        async def one(vid: str) -> tuple[float, str]:
+            t0 = time.perf_counter()
+            r = await cc.call(vid, command, params_for(vid), timeout_s=30)
+            return (time.perf_counter() - t0) * 1000.0, r.result
+
+        for vid in vids:  # warm up every path (consumer, ledger, link) before measuring
+            for _ in range(warmup):
+                await one(vid)
+        stop_at = time.monotonic() + seconds
+
+        async def worker(vid: str) -> None:
+            nonlocal count
+            while time.monotonic() < stop_at:
+                ms, res = await one(vid)
+                lat.append(ms)
+                results[res] = results.get(res, 0) + 1
+                count += 1
+
+        t0 = time.monotonic()
+        cpu0 = time.process_time()
+        await asyncio.gather(*(worker(v) for v in vids))
+        wall = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
+    out = summary(lat, count, wall)
+    out["results"] = results
+    out["process_cpu_pct"] = round(100 * cpu / wall, 1)
+    out["cpu_ms_per_command"] = round(cpu / max(1, count) * 1000, 3)
+    return out
+
+
+async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
+    nc = await nats.connect(server.url)
+    await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
+    n = args.vehicles
+    cfg = GatewayConfig(
+        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:04d}", endpoint=Endpoint.parse(f"tcp:127.0.0.1:{base + 10 * i}"))
+                       for i in range(n)),
+        nats=NatsOptions(servers=(server.url,)), env=ENV, instance="bench",
+        state_dir=Path(tmp) / "state", startup_timeout_s=max(15.0, n / 10),
+    )
+    gw = Gateway(cfg)
+    service = CommandService(crash_after_ledger="")
+    gw.extensions.append(service)
+    out: dict[str, Any] = {"vehicles": n, "command": args.command, "duration_s": args.duration}
+
+    async def measure() -> None:
+        try:
+            await gw.ready.wait()
+            for _ in range(600):  # up to 60 s for every consumer bound and every mode known
+                if (len(service.loops) == n and all(lp.binds for lp in service.loops.values())
+                        and all(t.model.mode for t in gw.twins.values())):
+                    break
+                await anyio.sleep(0.1)
+            else:
+                raise RuntimeError("the gateway's command consumers did not start within 60 s")
+            out["links_up"] = sum(1 for t in gw.twins.values() if t.link.is_up)
+            out["commands"] = await command_load(nc, gw, args.command, args.duration, args.warmup)
+            out["ledger_entries"] = service.ledger.count_sync() if service.ledger else None
+        finally:
+            gw.request_stop("bench done")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(measure)
+        await gw.run()
+    await nc.close()
+    out["baseline_jetstream_roundtrip"] = await baseline(server.url, n, args.baseline_seconds)
+    cmd, base_fig = out["commands"], out["baseline_jetstream_roundtrip"]
+    if cmd["per_s"] and base_fig["per_s"]:
+        out["ratio_throughput"] = round(cmd["per_s"] / base_fig["per_s"], 3)
+    if cmd["p50_ms"] and base_fig["p50_ms"]:
+        out["ratio_latency_p50"] = round(cmd["p50_ms"] / base_fig["p50_ms"], 2)
+        out["ratio_latency_p99"] = round(cmd["p99_ms"] / base_fig["p99_ms"], 2)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet bench commands", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vehicles", type=int, default=5, help="simulated vehicles, one closed-loop worker each")
+    p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
+    p.add_argument("--command", choices=["set_mode", "param_get"], default="set_mode",
+                   help="the idempotent command to send (default: %(default)s to the current mode)")
+    p.add_argument("--warmup", type=int, default=3, help="unmeasured commands per vehicle first")
+    p.add_argument("--baseline-seconds", type=float, default=5.0, help="how long to measure the JetStream baseline")
+    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-commands-N.json)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.vehicles < 1 or args.duration <= 0:
+        print("mavjet bench commands: --vehicles must be >= 1 and --duration > 0", file=sys.stderr)
+        return 2
+    logs.configure("warning")
+    tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-cmd-")
+    server = NatsServer(store_dir=f"{tmp.name}/js")
+    server.start()
+    n = args.vehicles
+    base = pick_base_port(n, preferred=26760)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "sim", "--vehicles", str(n), "--base-port", str(base), "--speedup", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    try:
+        res = anyio.run(run, args, server, base, tmp.name, backend="asyncio")
+    finally:
+        sim.terminate()
+        try:
+            sim.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+        server.cleanup()
+        tmp.cleanup()
+    out = args.json or Path(f"bench-commands-{n}.json")
+    out.write_text(json.dumps(res, indent=2))
+    for k, v in res.items():
+        print(f"{k:30} {v}")
+    print(f"wrote {out}")
+    return 0
