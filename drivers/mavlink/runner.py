@@ -16,8 +16,9 @@ arrives after the question (`heartbeat_wait_s`), before any retransmission.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import anyio
@@ -106,6 +107,14 @@ def _endpoint(port: MavPort) -> str:
     return str(getattr(port, "endpoint", f"sys{port.target_system}"))
 
 
+def _target(port: MavPort) -> int:
+    """The vehicle's system id; a link that has not seen a HEARTBEAT yet cannot address it."""
+    sysid = port.target_system
+    if not sysid:
+        raise LinkError(_endpoint(port), "vehicle not identified yet (no HEARTBEAT received)")
+    return sysid
+
+
 async def _send_all(port: MavPort, msgs: Sequence[MavMessage]) -> None:
     for msg in msgs:
         await port.send(msg)
@@ -174,7 +183,7 @@ async def execute_command(
         command=command,
         params=padded,  # type: ignore[arg-type]  # length checked above
         use_int=use_int,
-        target_system=port.target_system,
+        target_system=_target(port),
         target_component=port.target_component,
         **kwargs,
     )
@@ -267,6 +276,17 @@ class TransferReport:
     elapsed_ms: float
 
 
+_transfer_locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _transfer_lock(port: MavPort) -> anyio.Lock:
+    """One mission transfer per vehicle at a time (an autopilot serves one; a second resets the first)."""
+    lock = _transfer_locks.get(port)
+    if lock is None:
+        lock = _transfer_locks[port] = anyio.Lock()
+    return lock
+
+
 async def _run_transfer(
     port: MavPort, machine: MissionUpload | MissionDownload | MissionClear, config: ProtocolConfig
 ) -> float:
@@ -282,12 +302,11 @@ async def _run_transfer(
     return (time.monotonic() - started) * 1000.0
 
 
-async def upload_mission(
-    port: MavPort, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
+async def _upload(
+    port: MavPort, items: Sequence[MissionItem], mission_type: int, config: ProtocolConfig
 ) -> TransferReport:
-    """Upload `items` (seq 0..n-1) as `mission_type`; raises MissionRejected, MissionTimeout, ProtocolError."""
     machine = MissionUpload(
-        target_system=port.target_system,
+        target_system=_target(port),
         target_component=port.target_component,
         mission_type=mission_type,
         config=config.mission,
@@ -299,12 +318,9 @@ async def upload_mission(
     )
 
 
-async def download_mission(
-    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
-) -> list[MissionItem]:
-    """Read the vehicle's `mission_type` items back."""
+async def _download(port: MavPort, mission_type: int, config: ProtocolConfig) -> list[MissionItem]:
     machine = MissionDownload(
-        target_system=port.target_system,
+        target_system=_target(port),
         target_component=port.target_component,
         mission_type=mission_type,
         config=config.mission,
@@ -313,14 +329,31 @@ async def download_mission(
     return list(machine.items)
 
 
+async def upload_mission(
+    port: MavPort, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
+) -> TransferReport:
+    """Upload `items` (seq 0..n-1) as `mission_type`; raises MissionRejected, MissionTimeout, ProtocolError."""
+    async with _transfer_lock(port):
+        return await _upload(port, items, mission_type, config)
+
+
+async def download_mission(
+    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
+) -> list[MissionItem]:
+    """Read the vehicle's `mission_type` items back."""
+    async with _transfer_lock(port):
+        return await _download(port, mission_type, config)
+
+
 async def clear_mission(port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG) -> None:
-    machine = MissionClear(
-        target_system=port.target_system,
-        target_component=port.target_component,
-        mission_type=mission_type,
-        config=config.mission,
-    )
-    await _run_transfer(port, machine, config)
+    async with _transfer_lock(port):
+        machine = MissionClear(
+            target_system=_target(port),
+            target_component=port.target_component,
+            mission_type=mission_type,
+            config=config.mission,
+        )
+        await _run_transfer(port, machine, config)
 
 
 class MissionMismatch(ProtocolError):
@@ -343,12 +376,14 @@ async def upload_and_verify(
     A missing final MISSION_ACK (lost on a lossy link) does not fail the
     upload here: the download decides whether the vehicle holds the mission.
     """
-    try:
-        await upload_mission(port, items, mission_type, config=config)
-    except MissionTimeout as exc:
-        if exc.stage != "MISSION_ACK":
-            raise
-    back = await download_mission(port, mission_type, config=config)
+    items = [it if it.mission_type == mission_type else replace(it, mission_type=mission_type) for it in items]
+    async with _transfer_lock(port):
+        try:
+            await _upload(port, items, mission_type, config)
+        except MissionTimeout as exc:
+            if exc.stage != "MISSION_ACK":
+                raise
+        back = await _download(port, mission_type, config)
     want, got = digest(items), digest(back)
     if want != got:
         raise MissionMismatch(mission_type, want, got)
@@ -375,9 +410,7 @@ async def _run_param(port: MavPort, machine: Any, config: ProtocolConfig) -> Par
 
 async def read_param(port: MavPort, name: str, *, config: ProtocolConfig = DEFAULT_CONFIG) -> ParamValue:
     """PARAM_REQUEST_READ by name; raises ParamTimeout when the vehicle never answers (unknown id)."""
-    machine = make_param_read(
-        name, target_system=port.target_system, target_component=port.target_component, config=config.params
-    )
+    machine = make_param_read(name, target_system=_target(port), target_component=port.target_component, config=config.params)
     return await _run_param(port, machine, config)
 
 
@@ -401,7 +434,7 @@ async def set_param(
         name,
         value,
         param_type if param_type else REAL32,
-        target_system=port.target_system,
+        target_system=_target(port),
         target_component=port.target_component,
         config=config.params,
     )

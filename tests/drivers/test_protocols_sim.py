@@ -12,7 +12,8 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 from drivers.errors import CommandRejected, LinkError
 from drivers.mavlink.command import CommandResult
 from drivers.mavlink.fence import geofence_from_dict
-from drivers.mavlink.mission import FENCE, MISSION, RALLY
+from drivers.mavlink.link import LinkConfig, MavlinkLink
+from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
 from drivers.mavlink.params import REAL32, ParamError, ParamTimeout
 from drivers.mavlink.plan import digest, parse_plan
 from drivers.mavlink.runner import (
@@ -26,6 +27,7 @@ from drivers.mavlink.runner import (
     upload_and_verify,
     upload_mission,
 )
+from drivers.mavlink.transport import Endpoint
 from sim.fleet import SimConfig
 from tests.drivers.simlink import FAST, sim_link, wait_for
 
@@ -213,11 +215,6 @@ async def test_silent_link_times_out() -> None:
             await read_param(link, "WPNAV_SPEED", config=FAST)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=BaseExceptionGroup,
-    reason="MavlinkLink.run catches LinkError but anyio wraps it in an ExceptionGroup: a peer close crashes the link",
-)
 async def test_closed_link_raises_link_error() -> None:
     async with sim_link() as (link, v):
         v.drop_link(30.0, close=True)
@@ -234,3 +231,31 @@ async def test_cancelling_a_runner_propagates_promptly() -> None:
             await upload_mission(link, parse_plan(DEMO.read_text()).mission, config=FAST)
         assert scope.cancelled_caught
         assert anyio.current_time() - started < 2.0
+
+
+async def test_concurrent_mission_transfers_on_one_link_are_serialised() -> None:
+    plan = parse_plan(DEMO.read_text())
+    other = (*plan.mission[:3], replace(plan.mission[3], z=45.0), *plan.mission[4:])
+    results: dict[str, str] = {}
+
+    async def put(key: str, items: tuple[MissionItem, ...], mission_type: int = MISSION) -> None:
+        results[key] = await upload_and_verify(link, items, mission_type, config=FAST)
+
+    async with sim_link() as (link, _v):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put, "a", plan.mission)
+            tg.start_soon(put, "b", other)
+            tg.start_soon(put, "fence", plan.fence, FENCE)
+        assert results["a"] == digest(plan.mission) and results["b"] == digest(other)
+        assert results["fence"] == digest(plan.fence)
+        assert digest(await download_mission(link, config=FAST)) in (results["a"], results["b"])
+
+
+async def test_runner_refuses_a_link_that_has_not_identified_the_vehicle() -> None:
+    link = MavlinkLink(
+        name="nobody", endpoint=Endpoint.parse("tcp:127.0.0.1:9"), config=LinkConfig(), on_messages=lambda m, t: None
+    )
+    with pytest.raises(LinkError, match="no HEARTBEAT"):
+        await execute_command(link, ARM, (1,), config=FAST)
+    with pytest.raises(LinkError, match="no HEARTBEAT"):
+        await read_param(link, "RTL_ALT", config=FAST)
