@@ -242,8 +242,11 @@ class MavlinkLink:
                     await self._read_loop(transport)
                     tg.cancel_scope.cancel()
                 backoff.reset()
-            except LinkError as exc:
-                log.warning("link_error", vehicle=self.name, error=exc.reason)
+            except* LinkError as group:
+                # The reader and the heartbeat sender often fail together when
+                # the peer goes away: one log line for the lot.
+                reasons = sorted({e.reason for e in group.exceptions if isinstance(e, LinkError)})
+                log.warning("link_error", vehicle=self.name, error="; ".join(reasons))
             finally:
                 self._transport = None
                 self.stats.disconnects += 1
@@ -271,12 +274,18 @@ class MavlinkLink:
             await anyio.sleep(self.config.heartbeat_interval_s)
 
     async def _watchdog_loop(self) -> None:
+        # Sleep until the heartbeat deadline rather than polling: one wake-up
+        # per timeout period per vehicle matters at a thousand vehicles.
+        timeout = self.config.heartbeat_timeout_s
         while True:
-            await anyio.sleep(min(0.5, self.config.heartbeat_timeout_s / 4))
             if self.state is LinkState.UP:
-                age = time.monotonic() - self.last_heartbeat_mono
-                if age > self.config.heartbeat_timeout_s:
+                remaining = timeout - (time.monotonic() - self.last_heartbeat_mono)
+                if remaining <= 0:
                     self._set_state(LinkState.LOST)
+                    remaining = timeout
+            else:
+                remaining = timeout / 2
+            await anyio.sleep(remaining + 0.01)
 
     async def _stream_loop(self) -> None:
         """Ask for the streams we need; ask again for any that went quiet (e.g. after a reboot)."""
