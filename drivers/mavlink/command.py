@@ -182,6 +182,7 @@ class CommandProtocol:
     outcome: CommandOutcome | None = None
     next_deadline: float | None = None
     ignored: int = 0  # ACKs seen that answered something else
+    in_progress_acks: int = 0  # MAV_RESULT_IN_PROGRESS answers so far
     _started_at: float = 0.0
 
     @property
@@ -237,6 +238,7 @@ class CommandProtocol:
         result = int(msg.result)
         if result == MAV_RESULT_IN_PROGRESS:
             self.state = CommandState.IN_PROGRESS
+            self.in_progress_acks += 1
             progress = int(msg.progress)
             if progress != PROGRESS_UNKNOWN:
                 self.progress = min(progress, 100)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -59,6 +59,8 @@ from drivers.mavlink.plan import digest
 from drivers.mavlink.port import MavPort
 
 MavMessage = Any
+
+OnProgress = Callable[[int | None], None]
 
 MAV_TYPE_GCS = 6
 MAV_AUTOPILOT_INVALID = 8
@@ -167,11 +169,14 @@ async def execute_command(
     use_int: bool = False,
     frame: int | None = None,
     config: ProtocolConfig = DEFAULT_CONFIG,
+    on_progress: OnProgress | None = None,
 ) -> CommandOutcome:
     """Run one command to its end and return the outcome, whatever the MAV_RESULT.
 
     For callers that report every result (the gateway's command executor).
-    Raises only LinkError (and cancellation).
+    `on_progress(percent or None)` is called for every IN_PROGRESS ack, so a
+    caller can keep its own work alive (a JetStream in-progress ack) while a
+    long action runs. Raises only LinkError (and cancellation).
     """
     padded = tuple(float(p) for p in params) + (0.0,) * (7 - len(params))
     if len(padded) != 7:
@@ -197,7 +202,7 @@ async def execute_command(
     try:
         with anyio.fail_after(config.operation_timeout_s):
             async with port.listen(config.listen_buffer) as rx:
-                await _drive_command(port, machine, rx, config)
+                await _drive_command(port, machine, rx, config, on_progress)
     except TimeoutError:
         return CommandOutcome(
             command=command,
@@ -212,7 +217,11 @@ async def execute_command(
 
 
 async def _drive_command(
-    port: MavPort, machine: CommandProtocol, rx: MemoryObjectReceiveStream[MavMessage], config: ProtocolConfig
+    port: MavPort,
+    machine: CommandProtocol,
+    rx: MemoryObjectReceiveStream[MavMessage],
+    config: ProtocolConfig,
+    on_progress: OnProgress | None,
 ) -> None:
     await _send_all(port, machine.start(anyio.current_time()))
     check_deadline: float | None = None
@@ -225,7 +234,10 @@ async def _drive_command(
         now = anyio.current_time()
         out: list[MavMessage] = []
         if msg is not None:
+            seen = machine.in_progress_acks
             out = machine.on_message(msg, now)  # a late ACK still settles it
+            if on_progress is not None and machine.in_progress_acks != seen:
+                on_progress(machine.progress)
             if checking and not machine.done and _is_autopilot_heartbeat(msg, port):
                 check_deadline = None
                 out = [*out, *machine.resolve_state_check(heartbeat_armed(msg), now)]

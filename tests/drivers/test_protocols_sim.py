@@ -123,8 +123,13 @@ async def test_in_progress_takeoff_reports_progress() -> None:
         await wait_for(lambda: bool(v.ekf_ok), 20.0, "EKF to settle")
         await run_command(link, DO_SET_MODE, (CUSTOM, GUIDED), config=FAST)
         await run_command(link, ARM, (1,), config=FAST)
-        out = await run_command(link, mavlink2.MAV_CMD_NAV_TAKEOFF, (0, 0, 0, 0, 0, 0, 12), config=FAST)
+        seen: list[int | None] = []
+        out = await execute_command(
+            link, mavlink2.MAV_CMD_NAV_TAKEOFF, (0, 0, 0, 0, 0, 0, 12), config=FAST, on_progress=seen.append
+        )
         assert out.accepted and out.attempts == 1 and out.progress == 100
+        assert seen and seen[0] == 0  # the first answer is IN_PROGRESS with 0 %
+        assert all(p is not None and 0 <= p < 100 for p in seen)
         assert v.alt_m > 10.0
 
 
