@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 import tomllib
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,8 +151,21 @@ class Gateway:
         log.info("gateway_stopped", spooled=self.spool.depth)
 
 
-async def serve(cfg: GatewayConfig) -> int:
-    gw = Gateway(cfg)
+def with_services(gw: Gateway, *, commands: bool = True, shadow: bool = True) -> Gateway:
+    """Add the command executor (TWIN_CMD) and the shadow reconciler (TWIN_SHADOW)."""
+    if commands:
+        from gateway.commands.consumer import CommandService
+
+        gw.extensions.append(CommandService())
+    if shadow:
+        from gateway.shadow.service import ShadowService
+
+        gw.extensions.append(ShadowService())
+    return gw
+
+
+async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = True) -> int:
+    gw = with_services(Gateway(cfg), commands=commands, shadow=shadow)
 
     async def on_signals() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -186,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-json", action="store_true", default=None, help="JSON logs even on a TTY")
     p.add_argument("--uvloop", action="store_true", default=None, help="use uvloop (edge hubs with many vehicles)")
+    p.add_argument("--no-commands", action="store_true", help="telemetry only: do not consume TWIN_CMD")
+    p.add_argument("--no-shadow", action="store_true", help="do not reconcile TWIN_SHADOW desired documents")
     return p
 
 
@@ -231,6 +247,9 @@ def main(argv: list[str]) -> int:
         return 2
     backend_options = {"use_uvloop": True} if cfg.uvloop else {}
     try:
-        return anyio.run(serve, cfg, backend="asyncio", backend_options=backend_options)
+        return anyio.run(
+            partial(serve, cfg, commands=not args.no_commands, shadow=not args.no_shadow),
+            backend="asyncio", backend_options=backend_options,
+        )
     except KeyboardInterrupt:
         return 0

@@ -111,6 +111,11 @@ def format_event(r: Record) -> str:
             snap.append(fmt.format(v))
     for k in ("armed", "lat_deg", "lon_deg", "alt_msl_m", "flavour"):
         d.pop(k, None)
-    detail = " ".join(f"{k}={v}" for k, v in d.items() if v is not None)
+    if r.kind == "cmd_result":
+        # The interesting part first: what, how it ended, how long it took.
+        head = f"{d.pop('name', '?')} {d.pop('result', '?')} in {d.pop('latency_ms', 0) or 0:.0f} ms"
+        d["cmd_id"] = str(d.get("cmd_id", ""))[:12]
+        d = {"": head, **d}
+    detail = " ".join(f"{k}={v}" if k else str(v) for k, v in d.items() if v not in (None, ""))
     ts = r.time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     return f"{ts} {r.vid:<10} {r.kind:<20} {detail} [{' '.join(snap)}]".rstrip()
