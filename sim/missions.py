@@ -103,7 +103,6 @@ class _Upload:
     items: list[MissionItem]
     last_progress: float
     last_request: float
-    use_int: bool = True
 
 
 def _ack(partner: tuple[int, int], result: int, mission_type: int) -> Any:
@@ -167,7 +166,6 @@ class MissionServer:
             self.upload = None
             return [_ack(partner, mavlink2.MAV_MISSION_UNSUPPORTED_FRAME, mtype)]
         up.items.append(item)
-        up.use_int = msg.get_type() == "MISSION_ITEM_INT"
         up.last_progress = now
         if len(up.items) < up.count:
             return [self._request(up, now)]
@@ -222,10 +220,8 @@ class MissionServer:
     def _request(self, up: _Upload, now: float | None = None) -> Any:
         if now is not None:
             up.last_request = now
-        seq = len(up.items)
-        if up.use_int:
-            return mavlink2.MAVLink_mission_request_int_message(up.partner[0], up.partner[1], seq, up.mission_type)
-        return mavlink2.MAVLink_mission_request_message(up.partner[0], up.partner[1], seq, up.mission_type)
+        # always the _INT request, as ArduPilot does; legacy MISSION_ITEM answers are accepted too
+        return mavlink2.MAVLink_mission_request_int_message(up.partner[0], up.partner[1], len(up.items), up.mission_type)
 
     def _commit(self, mission_type: int, items: list[MissionItem]) -> None:
         self.lists[mission_type] = list(items)

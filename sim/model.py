@@ -282,6 +282,15 @@ class VehicleModel:
         return IN_AIR
 
     @property
+    def mission(self) -> list[MissionItem]:
+        """The MISSION list as a download returns it (seq 0 is the live home)."""
+        return self.missions.items(MISSION)
+
+    @property
+    def fence_items(self) -> list[MissionItem]:
+        return self.missions.items(FENCE)
+
+    @property
     def failsafe(self) -> bool:
         return self.battery_fs > 0
 

@@ -78,11 +78,11 @@ class MavClient:
         return [m for m in self.messages[since:] if m.get_type() == mtype]
 
     async def recv(
-        self, mtype: str, pred: Callable[[Any], bool] | None = None, *, since: int | None = None, timeout: float = 5.0
+        self, mtype: str, pred: Callable[[Any], bool] | None = None, *, since: int | None = None, timeout_s: float = 5.0
     ) -> Any:
         """The first `mtype` message (after index `since`, default: from now) matching `pred`."""
         i = self.mark() if since is None else since
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout_s):
             while True:
                 while i < len(self.messages):
                     m = self.messages[i]
@@ -94,14 +94,14 @@ class MavClient:
                 self._new.clear()
                 await self._new.wait()
 
-    async def wait_closed(self, timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
+    async def wait_closed(self, timeout_s: float = 5.0) -> None:
+        async with asyncio.timeout(timeout_s):
             while not self.closed:
                 self._new.clear()
                 await self._new.wait()
 
     async def command_long(
-        self, target: int, cmd: int, *params: float, confirmation: int = 0, final: bool = True, timeout: float = 5.0
+        self, target: int, cmd: int, *params: float, confirmation: int = 0, final: bool = True, timeout_s: float = 5.0
     ) -> Any:
         """Send COMMAND_LONG and return its ACK (the final one unless `final=False`)."""
         p = [*params, *([0.0] * (7 - len(params)))]
@@ -111,24 +111,24 @@ class MavClient:
             "COMMAND_ACK",
             lambda a: a.command == cmd and (not final or a.result != M.MAV_RESULT_IN_PROGRESS),
             since=i,
-            timeout=timeout,
+            timeout_s=timeout_s,
         )
 
     async def command_int(
         self, target: int, cmd: int, frame: int, p1: float, p2: float, p3: float, p4: float, x: int, y: int, z: float,
-        timeout: float = 5.0,
+        timeout_s: float = 5.0,
     ) -> Any:  # fmt: skip
         i = self.mark()
         self.send(M.MAVLink_command_int_message(target, 1, frame, cmd, 0, 0, p1, p2, p3, p4, x, y, z))
-        return await self.recv("COMMAND_ACK", lambda a: a.command == cmd and a.result != M.MAV_RESULT_IN_PROGRESS, since=i, timeout=timeout)
+        return await self.recv("COMMAND_ACK", lambda a: a.command == cmd and a.result != M.MAV_RESULT_IN_PROGRESS, since=i, timeout_s=timeout_s)
 
     async def set_mode(self, target: int, custom_mode: float, sub: float = 0) -> Any:
         return await self.command_long(target, M.MAV_CMD_DO_SET_MODE, M.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED, custom_mode, sub)
 
 
-async def until(pred: Callable[[], bool], timeout: float = 10.0, poll: float = 0.02) -> None:
+async def until(pred: Callable[[], bool], timeout_s: float = 10.0, poll: float = 0.02) -> None:
     """Poll a condition with a deadline (wall clock)."""
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(timeout_s):
         while not pred():
             await asyncio.sleep(poll)
 
@@ -160,7 +160,7 @@ async def gcs(fleet: SimFleet) -> AsyncIterator[MavClient]:
 
 async def ready(fleet: SimFleet, index: int = 0) -> None:
     """Wait until the vehicle's GPS and EKF are happy (arming possible)."""
-    await until(lambda: fleet.vehicles[index].position_ok, timeout=10)
+    await until(lambda: fleet.vehicles[index].position_ok, timeout_s=10)
 
 
 async def airborne(fleet: SimFleet, gcs: MavClient, alt_m: float = 10.0) -> None:
@@ -170,4 +170,4 @@ async def airborne(fleet: SimFleet, gcs: MavClient, alt_m: float = 10.0) -> None
     assert (await gcs.set_mode(v.sysid, 4)).result == M.MAV_RESULT_ACCEPTED
     assert (await gcs.command_long(v.sysid, M.MAV_CMD_COMPONENT_ARM_DISARM, 1)).result == M.MAV_RESULT_ACCEPTED
     assert (await gcs.command_long(v.sysid, M.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, alt_m)).result == M.MAV_RESULT_ACCEPTED
-    await until(lambda: v.alt_m >= alt_m - 0.1 and v.takeoff_alt_m is None, timeout=15)
+    await until(lambda: v.alt_m >= alt_m - 0.1 and v.takeoff_alt_m is None, timeout_s=15)

@@ -116,7 +116,7 @@ async def test_time_sync_system_time_and_requested_messages(fleet: SimFleet, gcs
 
 async def test_gps_fix_and_sensors_in_telemetry(fleet: SimFleet, gcs: MavClient) -> None:
     gcs.send(M.MAVLink_request_data_stream_message(1, 1, M.MAV_DATA_STREAM_EXTENDED_STATUS, 5, 1))
-    gps = await gcs.recv("GPS_RAW_INT", lambda m: m.fix_type >= 3, timeout=10)
+    gps = await gcs.recv("GPS_RAW_INT", lambda m: m.fix_type >= 3, timeout_s=10)
     assert gps.satellites_visible > 0
     assert gps.lat == pytest.approx(-353632610, abs=2000)
     ess = await gcs.recv("EXTENDED_SYS_STATE")
