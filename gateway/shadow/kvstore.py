@@ -158,7 +158,8 @@ async def watch_key(
     on_entry: Callable[[DesiredEntry], Awaitable[None] | None],
     *,
     resync_interval_s: float,
-    retry_s: float = 1.0,
+    retry_s: float = 0.5,
+    retry_max_s: float = 10.0,
 ) -> None:
     """Deliver `key`'s current value, then every change, forever (until cancelled).
 
@@ -176,12 +177,14 @@ async def watch_key(
         if res is not None:
             await res
 
+    failures = 0
     while True:
         try:
             kv = await store.kv()
             gen = store.reconnects()
             await deliver(await store.get(key))
             watcher: Any = await kv.watch(key)
+            failures = 0
             try:
                 while store.reconnects() == gen:
                     try:
@@ -202,5 +205,6 @@ async def watch_key(
         except Exception as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            log.warning("shadow_watch_restart", key=key, error=f"{type(exc).__name__}: {exc}")
-            await anyio.sleep(retry_s)
+            failures += 1
+            log.warning("shadow_watch_restart", key=key, error=f"{type(exc).__name__}: {exc}", failures=failures)
+            await anyio.sleep(min(retry_max_s, retry_s * 2 ** min(failures - 1, 16)))

@@ -217,17 +217,23 @@ class VehicleReconciler:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, name=f"vehicle[{self.vid}].shadow.watch")
+            failures = 0
             while True:
                 try:
                     if not self._restored:
                         await self._restore()
                     await self.reconcile_once()
                     await self._report()
+                    failures = 0
                 except Exception as exc:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
+                    failures += 1
                     self.twin.metrics.errors.labels(where="shadow").inc()
-                    log.warning("shadow_pass_failed", vehicle=self.vid, error=f"{type(exc).__name__}: {exc}")
+                    log.warning("shadow_pass_failed", vehicle=self.vid, error=f"{type(exc).__name__}: {exc}",
+                                failures=failures)
+                    # NATS away or the bucket missing: back off instead of failing every tick.
+                    await anyio.sleep(retry_delay_s(failures, self.cfg.retry_initial_s, self.cfg.retry_max_s))
                 await self._sleep()
 
     async def _watch(self) -> None:

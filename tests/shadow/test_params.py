@@ -54,8 +54,9 @@ async def test_params_reapplied_after_link_outage(sh: Shadowed) -> None:
 
 
 @pytest.mark.xfail(
-    reason="drivers/mavlink/link.py: a TCP close inside the link's task group escapes as an ExceptionGroup "
-    "and stops the gateway (lead to catch it with `except* LinkError`)",
+    reason="drivers/mavlink/link.py race: when the sim closes TCP on reboot and the heartbeat task's send fails "
+    "too, the LinkErrors leave the link's task group as an ExceptionGroup that `except LinkError` misses, "
+    "stopping the gateway (fix: `except* LinkError`)",
     strict=False,
 )
 async def test_params_reapplied_after_reboot(sh: Shadowed) -> None:
