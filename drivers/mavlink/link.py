@@ -255,7 +255,21 @@ class MavlinkLink:
                 self._set_state(LinkState.DOWN)
             await anyio.sleep(backoff.next_delay_s())
 
+    def _on_bytes(self, data: bytes) -> None:
+        try:
+            msgs = self.codec.feed(data)
+            if msgs:
+                self._dispatch(msgs, time.time_ns())
+        except Exception:  # runs in the selector callback: never let it tear the transport down
+            log.exception("link_dispatch_failed", vehicle=self.name)
+
     async def _read_loop(self, transport: Transport) -> None:
+        start_reading = getattr(transport, "start_reading", None)
+        if start_reading is not None:
+            # Push mode: bytes are decoded in the transport's callback.
+            start_reading(self._on_bytes)
+            await transport.wait_closed()  # type: ignore[attr-defined]
+            return
         feed = self.codec.feed
         dispatch = self._dispatch
         while True:

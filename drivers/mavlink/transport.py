@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,36 +66,94 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
+class _TcpProtocol(asyncio.Protocol):
+    """Delivers bytes from the selector callback itself: no task wake-up per read."""
+
+    def __init__(self) -> None:
+        self.sink: Callable[[bytes], None] | None = None
+        self.buffer: list[bytes] = []
+        self.readable = asyncio.Event()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink(data)
+        else:
+            self.buffer.append(data)
+            self.readable.set()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.readable.set()
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+
 class TcpTransport:
-    def __init__(self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """TCP client. `start_reading(sink)` switches to push mode, the fast path the link uses."""
+
+    def __init__(self, endpoint: Endpoint, transport: asyncio.Transport, protocol: _TcpProtocol) -> None:
         self.endpoint = endpoint
-        self._reader = reader
-        self._writer = writer
+        self._transport = transport
+        self._protocol = protocol
+
+    def start_reading(self, sink: Callable[[bytes], None]) -> None:
+        for chunk in self._protocol.buffer:
+            sink(chunk)
+        self._protocol.buffer.clear()
+        self._protocol.sink = sink
+
+    async def wait_closed(self) -> None:
+        """Wait until the peer closes the connection, then raise LinkError."""
+        await asyncio.shield(self._protocol.closed)
+        raise LinkError(str(self.endpoint), "connection closed by peer")
 
     async def recv(self) -> bytes:
-        try:
-            data = await self._reader.read(READ_SIZE)
-        except OSError as exc:
-            raise LinkError(str(self.endpoint), f"read failed: {exc}") from exc
-        if not data:
-            raise LinkError(str(self.endpoint), "connection closed by peer")
+        proto = self._protocol
+        while not proto.buffer:
+            if proto.closed.done():
+                raise LinkError(str(self.endpoint), "connection closed by peer")
+            proto.readable.clear()
+            await proto.readable.wait()
+        data = b"".join(proto.buffer)
+        proto.buffer.clear()
         return data
 
     async def send(self, data: bytes) -> None:
-        if self._writer.is_closing():
+        if self._transport.is_closing() or self._protocol.closed.done():
             raise LinkError(str(self.endpoint), "connection is closed")
         try:
-            self._writer.write(data)
-            await self._writer.drain()
+            self._transport.write(data)
         except OSError as exc:
             raise LinkError(str(self.endpoint), f"write failed: {exc}") from exc
+        if not self._protocol.can_write.is_set():
+            await self._protocol.can_write.wait()
 
     async def aclose(self) -> None:
-        self._writer.close()
-        try:
-            await self._writer.wait_closed()
-        except OSError:
-            pass
+        self._transport.close()
+        if not self._protocol.closed.done():
+            try:
+                async with asyncio.timeout(2.0):
+                    await asyncio.shield(self._protocol.closed)
+            except TimeoutError:
+                self._transport.abort()
 
 
 class UdpTransport:
@@ -196,12 +255,13 @@ async def open_transport(endpoint: Endpoint, *, connect_timeout_s: float) -> Tra
     where = str(endpoint)
     try:
         if endpoint.scheme == "tcp":
+            loop = asyncio.get_running_loop()
             async with asyncio.timeout(connect_timeout_s):
-                reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
-            sock = writer.get_extra_info("socket")
+                tr, proto = await loop.create_connection(_TcpProtocol, endpoint.host, endpoint.port)
+            sock = tr.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return TcpTransport(endpoint, reader, writer)
+            return TcpTransport(endpoint, tr, proto)
         if endpoint.scheme in ("udp", "udpout"):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.setblocking(False)
