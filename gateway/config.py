@@ -92,6 +92,7 @@ class GatewayConfig:
     spool_max_events: int = 100_000
     max_inflight_state: int = 4000
     publish_tick_s: float = 0.02
+    state_ack_every: int = 10  # 1: every state publish waits for a JetStream ack
     uvloop: bool = False
 
     def __post_init__(self) -> None:
@@ -110,6 +111,8 @@ class GatewayConfig:
                 raise ConfigError(f"rates.{ch}", "rate must be in (0, 50] Hz")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ConfigError("metrics.port", "must be a TCP port")
+        if self.state_ack_every < 1:
+            raise ConfigError("state_ack_every", "must be >= 1 (1 acks every state message)")
         if not 0.001 <= self.publish_tick_s <= 0.5:
             raise ConfigError("publish_tick_s", "must be between 0.001 and 0.5 s")
         for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s"):
@@ -124,7 +127,7 @@ class GatewayConfig:
 _TOP_KEYS = {
     "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
-    "max_inflight_state", "uvloop", "publish_tick_s", "nats_backoff_initial_s", "nats_backoff_max_s",
+    "max_inflight_state", "uvloop", "publish_tick_s", "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s",
 }
 _NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
 
@@ -163,7 +166,7 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
                 "nats_backoff_initial_s", "nats_backoff_max_s", "publish_tick_s"):
         if key in raw:
             kw[key] = float(_typed(key, raw[key], (int, float)))
-    for key in ("spool_max_events", "max_inflight_state"):
+    for key in ("spool_max_events", "max_inflight_state", "state_ack_every"):
         if key in raw:
             kw[key] = _typed(key, raw[key], int)
     if "uvloop" in raw:

@@ -52,6 +52,9 @@ class Publisher:
         self.state_dropped = 0
         self.events_published = 0
         self._inflight = 0
+        self._state_seq = 0
+        self._state_error_logged = -1e9
+        self._state_headers = {"Content-Type": CONTENT_TYPE}
 
     @property
     def is_connected(self) -> bool:
@@ -119,6 +122,12 @@ class Publisher:
         self._inflight -= 1
         if fut.cancelled() or fut.exception() is not None:
             self.metrics.publishes.labels(kind="state", result="error").inc()
+            now = time.monotonic()
+            if now - self._state_error_logged >= 10.0:
+                self._state_error_logged = now
+                exc = None if fut.cancelled() else fut.exception()
+                log.warning("state_not_acked", error=f"{type(exc).__name__}: {exc}" if exc else "cancelled",
+                            hint="is TWIN_STATE provisioned for this env? (mavjet provision)")
             return
         lat = time.time_ns() - recv_ns
         self.latencies_ns.append(lat)
@@ -126,13 +135,28 @@ class Publisher:
         self.metrics.publishes.labels(kind="state", result="ok").inc()
 
     async def publish_state(self, subject: str, payload: bytes, recv_ns: int) -> None:
-        js = self.js
-        if js is None or not self.is_connected or self._inflight >= self.cfg.max_inflight_state:
+        js, nc = self.js, self.nc
+        if js is None or nc is None or not nc.is_connected or self._inflight >= self.cfg.max_inflight_state:
             self.state_dropped += 1
             self.metrics.publishes.labels(kind="state", result="dropped").inc()
             return
+        self._state_seq += 1
+        if self._state_seq % self.cfg.state_ack_every:
+            # Most state goes out as a plain publish: the stream stores it all
+            # the same, without a JSON ack to parse per message (~4x cheaper,
+            # docs/decisions.md). Every Nth is acked to prove the stream is
+            # storing and to measure receive-to-ack latency.
+            try:
+                await nc.publish(subject, payload, headers=self._state_headers)
+            except Exception:
+                self.state_dropped += 1
+                self.metrics.publishes.labels(kind="state", result="dropped").inc()
+                return
+            self.state_published += 1
+            self.metrics.publishes.labels(kind="state", result="sent").inc()
+            return
         try:
-            fut = await js.publish_async(subject, payload, wait_stall=0.05, headers={"Content-Type": CONTENT_TYPE})
+            fut = await js.publish_async(subject, payload, wait_stall=0.05, headers=self._state_headers)
         except Exception as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
