@@ -209,7 +209,7 @@ class CommandExecutor:
         publisher = self.twin.publisher
         publisher.enqueue_event(entry.subject, entry.msg_id, entry.payload)
         await publisher.flush_pending_to_spool()
-        await self.ledger.mark_spooled(entry.cmd_id)
+        self.ledger.mark_spooled(entry.cmd_id)
 
     async def _final(self, msg: Msg, out: Outcome, *, cmd_id: str, name: str, issued_ns: int | None,
                      delivered: int) -> None:

@@ -22,7 +22,7 @@ async def test_first_write_wins_and_survives_reopen(tmp_path: Path) -> None:
     assert await ledger.lookup("a") is None
     assert await ledger.record(entry("a", "accepted")) is True
     assert await ledger.record(entry("a", "failed")) is False
-    await ledger.mark_spooled("a")
+    ledger.mark_spooled("a")
     ledger.close()
 
     reopened = Ledger(path)  # as after a gateway restart
@@ -41,4 +41,30 @@ async def test_prune_drops_only_old_entries(tmp_path: Path) -> None:
     assert await ledger.lookup("old") is None
     assert await ledger.lookup("new") is not None
     assert ledger.count_sync() == 1
+    ledger.close()
+
+
+async def test_concurrent_records_are_group_committed(tmp_path: Path) -> None:
+    import anyio
+
+    ledger = Ledger(tmp_path / "g.sqlite")
+    calls: list[int] = []
+    original = ledger.record_many_sync
+
+    def counting(batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
+        calls.append(len(batch))
+        return original(batch)
+
+    ledger.record_many_sync = counting  # type: ignore[method-assign]
+    wrote: dict[str, bool] = {}
+
+    async def one(i: int) -> None:
+        wrote[f"c{i}"] = await ledger.record(entry(f"c{i % 15}"))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(one, i)
+    assert sum(calls) == 20 and len(calls) < 20  # fewer transactions than writes
+    assert sum(wrote.values()) == 15  # ids 0..4 written twice: the first write won
+    assert ledger.count_sync() == 15
     ledger.close()
