@@ -17,6 +17,7 @@ from drivers.errors import ConfigError
 from drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
 from drivers.mavlink.transport import Endpoint
 from gateway.natsconn import DEFAULT_NATS, NatsOptions
+from gateway.shadow.config import ShadowConfig
 from gateway.subjects import STATE_CHANNELS, check_token
 
 DEFAULT_RATES_HZ: dict[str, float] = {
@@ -81,6 +82,7 @@ class GatewayConfig:
     rates_hz: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES_HZ))
     link: LinkConfig = field(default_factory=LinkConfig)
     commands: CommandConfig = field(default_factory=CommandConfig)
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)
     state_dir: Path = Path(".mavjet/state")
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
@@ -125,7 +127,7 @@ class GatewayConfig:
 # -- building from TOML + CLI ---------------------------------------------
 
 _TOP_KEYS = {
-    "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
+    "shadow", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
     "max_inflight_state", "uvloop", "publish_tick_s", "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s",
 }
@@ -240,6 +242,8 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         commands = CommandConfig(**cmd_raw)
     except TypeError as exc:
         raise ConfigError("link", str(exc)) from exc
+    shadow = ShadowConfig.from_toml(_typed("shadow", raw.get("shadow", {}), dict))
     return GatewayConfig(
-        vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands, **kw
+        vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands,
+        shadow=shadow, **kw,
     )

@@ -160,7 +160,7 @@ def with_services(gw: Gateway, *, commands: bool = True, shadow: bool = True) ->
     if shadow:
         from gateway.shadow.service import ShadowService
 
-        gw.extensions.append(ShadowService())
+        gw.extensions.append(ShadowService(gw.cfg.shadow))
     return gw
 
 

@@ -9,9 +9,7 @@ only part that talks to the server. Idempotent: a second run reports
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from nats.js.errors import NotFoundError
 
 from drivers.errors import MavjetError
 from gateway import natsconn
+from gateway.ops.runner import run_cli
 from gateway.subjects import check_token
 from gateway.units import parse_duration_s, parse_size_bytes
 
@@ -244,9 +243,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except MavjetError as exc:
-        print(f"mavjet provision: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(build_parser(), run, argv)

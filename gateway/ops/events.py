@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import sys
 
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
-from drivers.errors import MavjetError
 from gateway import natsconn
 from gateway.ops.read import format_event, to_record
+from gateway.ops.runner import run_cli
 from gateway.subjects import check_token, event_filter
 from gateway.units import parse_duration_s
 
@@ -72,11 +71,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except MavjetError as exc:
-        print(f"mavjet events: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 0
+    return run_cli(build_parser(), run, argv)

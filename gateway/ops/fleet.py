@@ -19,9 +19,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
-from drivers.errors import MavjetError
 from gateway import natsconn
 from gateway.ops.read import Record, format_event, to_record
+from gateway.ops.runner import run_cli
 from gateway.subjects import event_filter, state_filter
 from gateway.units import parse_duration_s
 
@@ -145,11 +145,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except MavjetError as exc:
-        print(f"mavjet fleet: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 0
+    return run_cli(build_parser(), run, argv)

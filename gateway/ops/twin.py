@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Any
 
-from drivers.errors import MavjetError
 from gateway import natsconn
 from gateway.ops.read import current_state, events_since, format_event
+from gateway.ops.runner import run_cli
 from gateway.subjects import STATE_CHANNELS, check_token
 
 
@@ -63,9 +62,4 @@ def _fmt(v: Any) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except MavjetError as exc:
-        print(f"mavjet twin: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(build_parser(), run, argv)

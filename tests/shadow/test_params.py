@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.shadow.conftest import Shadowed, wait_for
 
 VID = "VID-001"
@@ -53,12 +51,6 @@ async def test_params_reapplied_after_link_outage(sh: Shadowed) -> None:
     await sh.wait_converged(VID, rev)
 
 
-@pytest.mark.xfail(
-    reason="drivers/mavlink/link.py race: when the sim closes TCP on reboot and the heartbeat task's send fails "
-    "too, the LinkErrors leave the link's task group as an ExceptionGroup that `except LinkError` misses, "
-    "stopping the gateway (fix: `except* LinkError`)",
-    strict=False,
-)
 async def test_params_reapplied_after_reboot(sh: Shadowed) -> None:
     v = sh.fleet.vehicles[0]
     rev = await sh.set_desired(VID, {"params": {"RTL_ALT": 3000}, "rates": {"attitude": 2}})

@@ -64,3 +64,12 @@ def test_cli_fails_at_start_naming_the_key(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2 and "not valid TOML" in out.stderr
+
+
+def test_shadow_section_is_validated() -> None:
+    base = {"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}]}
+    cfg = build_config({**base, "shadow": {"verify_interval_s": 5}})
+    assert cfg.shadow.verify_interval_s == 5
+    with pytest.raises(ConfigError) as ei:
+        build_config({**base, "shadow": {"colour": 1}})
+    assert "shadow" in ei.value.key
