@@ -45,3 +45,86 @@ def read(spark: Any, url: str, **options: Any) -> Any:
     for k, v in options.items():
         r = r.option(k, str(v))
     return r.load()
+
+
+def parquet_rows(spark: Any, path: str, order: list[str]) -> list[tuple[Any, ...]]:
+    """A Parquet output as sorted plain tuples (floats rounded), for run-to-run comparison."""
+    df = spark.read.parquet(path).orderBy(*order)
+    return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in df.collect()]
+
+
+@dataclass
+class Standalone:
+    """A Spark standalone master + one worker from the pyspark installation, on loopback."""
+
+    master_url: str
+    procs: list[Any]
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except Exception:
+                p.kill()
+                p.wait(timeout=10)
+
+
+def start_standalone(work_dir: str, *, cores: int = 2, timeout_s: float = 60.0) -> Standalone:
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import pyspark
+
+    from gateway.natsserver import free_port, wait_port
+
+    home = Path(pyspark.__file__).resolve().parent
+    spark_class = str(home / "bin" / "spark-class")
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOG_DIR": work_dir,
+        "SPARK_WORKER_DIR": work_dir,
+    }
+    port, ui = free_port(), free_port()
+    procs: list[Any] = []
+    log = open(Path(work_dir) / "master.log", "ab")  # noqa: SIM115
+    procs.append(
+        subprocess.Popen(
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+             "--webui-port", str(ui)],
+            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+    )
+    cluster = Standalone(master_url=f"spark://127.0.0.1:{port}", procs=procs)
+    try:
+        if not wait_port("127.0.0.1", port, timeout_s):
+            raise RuntimeError("spark master did not listen")
+        wlog = open(Path(work_dir) / "worker.log", "ab")  # noqa: SIM115
+        procs.append(
+            subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
+                 "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", str(cores),
+                 "--memory", "2g", "--work-dir", work_dir],
+                env=env, stdout=wlog, stderr=wlog, stdin=subprocess.DEVNULL,
+            )
+        )
+        deadline = time.monotonic() + timeout_s
+        worker_log = Path(work_dir) / "worker.log"
+        while time.monotonic() < deadline:
+            if b"Successfully registered with master" in worker_log.read_bytes():
+                return cluster
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError("spark master or worker exited; see the logs in " + work_dir)
+            time.sleep(0.3)
+        raise RuntimeError("spark worker did not register with the master")
+    except BaseException:
+        cluster.stop()
+        raise

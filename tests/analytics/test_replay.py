@@ -1,0 +1,103 @@
+"""`mavjet replay`: Parquet per job, summary and report; the same results on a standalone cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analytics.replay import ReplayConfig, build_parser, config_from_args, run_replay
+from drivers.errors import ConfigError
+from tests.analytics.support import ENV, History, parquet_rows, start_standalone
+
+OUTPUTS = {
+    "flights": ["vid", "flight_no"],
+    "commands": ["name", "vid"],
+    "command_latency": ["name"],
+    "failsafes": ["day", "vid", "failsafe_type"],
+    "failsafe_events": ["vid", "time", "seq"],
+    "timeline/VID-0002": ["time", "seq"],
+}
+
+
+def _range(history: History) -> tuple[dt.datetime, dt.datetime]:
+    start = dt.datetime.fromtimestamp(history.cfg.start_ns / 1e9, dt.UTC)
+    return start, start + dt.timedelta(days=history.cfg.days + 1)
+
+
+@pytest.fixture(scope="module")
+def local_out(spark: Any, history: History, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("replay-local")
+    start, end = _range(history)
+    cfg = ReplayConfig(out=str(out), url=history.url, env=ENV, start=start, end=end, vids=("VID-0002",))
+    return out, run_replay(spark, cfg)
+
+
+def test_replay_writes_parquet_summary_and_report(local_out: tuple[Path, dict[str, Any]], history: History, spark: Any) -> None:
+    out, summary = local_out
+    truth = history.truth
+    assert summary["events"] == truth.events and summary["error_rows"] == 0
+    assert summary["flights"] == len(truth.flights) and summary["failsafes"] == len(truth.failsafes)
+    assert summary["cmd_results"] == len(truth.commands) and summary["vehicles"] == history.cfg.vehicles
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["flights"] == summary["flights"] and on_disk["timings_s"]["read"] > 0
+    for name in OUTPUTS:
+        assert (out / name / "_SUCCESS").exists(), name
+    assert spark.read.parquet(str(out / "flights")).count() == len(truth.flights)
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 3 and "<script" not in page
+    assert "VID-0002" in page and "Timeline" in page
+    top_vid, top_n = truth.flights_by_vid.most_common(1)[0]
+    assert f"{top_vid}: {top_n:,}" in page  # the flights-per-vehicle chart shows the real count
+
+
+def test_cli_arguments() -> None:
+    now = dt.datetime(2025, 6, 15, tzinfo=dt.UTC)
+    cfg = config_from_args(build_parser().parse_args(["--since", "24h", "--out", "x", "--nats", "nats://127.0.0.1:1"]), now=now)
+    assert cfg.start == now - dt.timedelta(hours=24) and cfg.end is None and cfg.master == "local[*]"
+    cfg = config_from_args(build_parser().parse_args(
+        ["--from", "2025-06-01", "--to", "2025-06-02T00:00:00Z", "--out", "x", "--vid", "VID-1", "--jobs", "flights"]))
+    assert cfg.jobs == ("flights", "timeline") and cfg.vids == ("VID-1",)
+    assert cfg.source_options()["end_time"].startswith("2025-06-02T00:00:00")
+    with pytest.raises(ConfigError):
+        config_from_args(build_parser().parse_args(["--out", "x", "--jobs", "nope"]))
+    with pytest.raises(ConfigError):
+        config_from_args(build_parser().parse_args(["--out", "x", "--vid", "bad.vid"]))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--since", "1h", "--from", "2025-06-01", "--out", "x"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # ~60 s on an idle 2-core machine; Spark start-up dominates
+def test_standalone_cluster_gives_the_same_results(
+    local_out: tuple[Path, dict[str, Any]], history: History, spark: Any, tmp_path: Path
+) -> None:
+    local, local_summary = local_out
+    work = tmp_path / "spark-work"
+    work.mkdir()
+    cluster = start_standalone(str(work))
+    try:
+        start, end = _range(history)
+        out = tmp_path / "replay-cluster"
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        proc = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "replay", "--master", cluster.master_url, "--out", str(out),
+             "--nats", history.url, "--env", ENV, "--from", start.isoformat(), "--to", end.isoformat(),
+             "--vid", "VID-0002"],
+            env=env, capture_output=True, text=True, timeout=270, check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        cluster.stop()
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("events", "flights", "failsafes", "cmd_results", "vehicles", "error_rows"):
+        assert summary[key] == local_summary[key], key
+    for name, order in OUTPUTS.items():
+        assert parquet_rows(spark, str(out / name), order) == parquet_rows(spark, str(local / name), order), name
+    assert "--- timeline VID-0002" in proc.stdout
