@@ -6,10 +6,12 @@ import asyncio
 import time
 from pathlib import Path
 
+import nats.errors
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
 from gateway.natsserver import NatsServer
+from sim.fleet import SimConfig
 from tests.commands.conftest import cmd_results, command_rig, ready_to_fly, wait_for
 
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
@@ -83,3 +85,38 @@ async def test_consumer_survives_nats_server_restart(provisioned: Client, nats_s
         results = await cmd_results(provisioned)
     ids = [d["cmd_id"] for d in results]
     assert len(ids) == len(set(ids)) == 5
+
+
+async def test_in_progress_acks_keep_a_long_command(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tests.commands.conftest import TEST_COMMANDS
+
+    # AckWait 1 s, but the takeoff is answered IN_PROGRESS until the climb ends (seconds):
+    # only the in_progress acks keep JetStream from redelivering it meanwhile.
+    commands = replace(TEST_COMMANDS, ack_wait_s=1.0, in_progress_interval_s=0.3, in_progress_timeout_s=20.0)
+    sim = SimConfig(vehicles=1, base_port=0, speedup=2.0,
+                    in_progress_commands=frozenset({mavlink2.MAV_CMD_NAV_TAKEOFF}))
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", commands=commands, sim=sim) as rig:
+        await ready_to_fly(rig.fleet)
+        assert (await rig.call("VID-001", "set_mode", {"mode": "GUIDED"})).accepted
+        assert (await rig.call("VID-001", "arm")).accepted
+        t0 = time.monotonic()
+        cmd_id = await rig.client.publish("VID-001", "takeoff", {"alt_m": 15})
+        # A second puller on the same consumer (a standby gateway) must not be handed the running command.
+        rival = await provisioned.jetstream().pull_subscribe_bind(durable="gw_VID-001", stream="TWIN_CMD")
+        try:
+            await asyncio.sleep(0.3)
+            stolen = await rival.fetch(1, timeout=2.5)
+        except nats.errors.TimeoutError:
+            stolen = []
+        finally:
+            await rival.unsubscribe()
+        assert stolen == [], "the command was redelivered while it was running"
+        r = await rig.client.wait(cmd_id, 60)
+        took_s = time.monotonic() - t0
+        assert r.accepted, r
+        assert took_s > 2.0  # far longer than AckWait
+        assert r.data["deliveries"] == 1
+        assert rig.executions("VID-001", mavlink2.MAV_CMD_NAV_TAKEOFF) == 1
+        assert rig.vehicle("VID-001").alt_m >= 14.0
