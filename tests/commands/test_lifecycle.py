@@ -156,3 +156,27 @@ async def test_param_set_and_read_back(provisioned: Client, nats_server: NatsSer
         assert r.accepted and r.data["value"] == 2500 and r.detail == "RTL_ALT = 2500", r
         r = await rig.call("VID-001", "param_get", {"name": "NO_SUCH_PARAM"})
         assert r.result == "timeout" and "no PARAM_VALUE" in r.detail, r
+
+
+async def test_failsafe_refuses_flight_commands_but_not_recovery(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    from sim.fleet import SimConfig
+
+    sim = SimConfig(vehicles=1, base_port=0, speedup=10.0)
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", sim=sim) as rig:
+        await ready_to_fly(rig.fleet)
+        for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {}), ("takeoff", {"alt_m": 10})):
+            assert (await rig.call("VID-001", name, params)).accepted
+        v = rig.vehicle("VID-001")
+        await wait_for(lambda: v.alt_m > 5, timeout_s=20)
+        v.set_battery_pct(5.0)
+        model = rig.gw.twins["VID-001"].model
+        await wait_for(lambda: model.failsafe_active, timeout_s=20)
+        r = await rig.call("VID-001", "goto", {"lat_deg": -35.3625, "lon_deg": 149.166, "alt_m": 20})
+        assert r.result == "rejected" and "failsafe is active" in r.detail, r
+        r = await rig.call("VID-001", "set_mode", {"mode": "GUIDED"})
+        assert r.result == "rejected" and "failsafe is active" in r.detail, r
+        assert rig.executions("VID-001", mavlink2.MAV_CMD_DO_REPOSITION) == 0
+        r = await rig.call("VID-001", "rtl")
+        assert r.accepted, r
