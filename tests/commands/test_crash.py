@@ -44,7 +44,7 @@ async def start_gateway(url: str, endpoint: str, tmp_path: Path, log_name: str, 
     env.pop(CRASH_ENV, None)
     if crash_on:
         env[CRASH_ENV] = crash_on
-    args = [sys.executable, "-m", "tests.commands.gateway_proc", "--config", str(cfg), "--nats", url, "--env", ENV,
+    args = [sys.executable, "-m", "gateway", "gateway", "--config", str(cfg), "--nats", url, "--env", ENV,
             "--state-dir", str(tmp_path / "state"), "--instance", "proc-gw", "--vehicle", f"VID-001={endpoint}"]
     with (tmp_path / log_name).open("wb") as log:
         return await asyncio.create_subprocess_exec(*args, stdout=log, stderr=log, env=env)
