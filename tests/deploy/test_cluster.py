@@ -69,17 +69,17 @@ async def test_provision_r3_and_failover(nats_cluster: NatsCluster, cluster_nc: 
 
     # Command consumer and shadow, before the failure.
     consumer = "gw-VID-001"
-    await js.add_consumer(
+    await retrying(lambda: js.add_consumer(
         "TWIN_CMD",
         jsapi.ConsumerConfig(
             durable_name=consumer, filter_subject=f"fleet.{ENV}.veh.VID-001.cmd.>",
             ack_policy=jsapi.AckPolicy.EXPLICIT, ack_wait=5.0,
         ),
-    )
-    psub = await js.pull_subscribe_bind(consumer, stream="TWIN_CMD")
-    kv = await js.key_value("TWIN_SHADOW")
+    ), what="add consumer")
+    psub = await retrying(lambda: js.pull_subscribe_bind(consumer, stream="TWIN_CMD"), what="bind")
+    kv = await retrying(lambda: js.key_value("TWIN_SHADOW"), what="kv bind")
     key = shadow_key(ENV, "VID-001", "desired")
-    rev1 = await kv.put(key, b'{"mode":"GUIDED"}')
+    rev1 = await retrying(lambda: kv.put(key, b'{"mode":"GUIDED"}'), what="kv put")
 
     executed: list[str] = []
 
@@ -126,9 +126,12 @@ async def test_provision_r3_and_failover(nats_cluster: NatsCluster, cluster_nc: 
 
     pub = asyncio.create_task(publisher())
     await asyncio.wait_for(kill_now.wait(), 60)
-    info = await js.stream_info("TWIN_EVENTS")
-    assert info.cluster is not None and info.cluster.leader in nats_cluster.names
-    victim_name = info.cluster.leader
+    async def leader() -> str:
+        inf = await js.stream_info("TWIN_EVENTS")
+        assert inf.cluster is not None and inf.cluster.leader in nats_cluster.names
+        return inf.cluster.leader
+
+    victim_name = await retrying(leader, what="TWIN_EVENTS leader")
     victim = nats_cluster.node_named(victim_name)
     victim.stop(kill=True)
     killed.set()
@@ -163,9 +166,9 @@ async def test_provision_r3_and_failover(nats_cluster: NatsCluster, cluster_nc: 
 
     # Commands: each executed once, and the workqueue is empty.
     assert executed == ["cmd-1", "cmd-2", "cmd-3"]
-    assert (await js.stream_info("TWIN_CMD")).state.messages == 0
+    assert (await retrying(lambda: js.stream_info("TWIN_CMD"), what="cmd info")).state.messages == 0
     # Shadow: the whole history survived, latest value readable.
-    hist = await kv.history(key)
+    hist = await retrying(lambda: kv.history(key), what="kv history")
     assert [e.value for e in hist] == [b'{"mode":"GUIDED"}', b'{"mode":"RTL"}', b'{"mode":"LOITER"}']
     assert hist[-1].revision == rev3
 
@@ -173,7 +176,7 @@ async def test_provision_r3_and_failover(nats_cluster: NatsCluster, cluster_nc: 
     deadline = time.monotonic() + 60
     behind: list[str] = ["?"]
     while time.monotonic() < deadline:
-        health = await collect_health(js)
+        health = await retrying(lambda: collect_health(js), what="health")
         behind = [f"{r.stream}/{r.peer}" for r in health.replicas if not r.current or r.lag > 0 or r.offline]
         peers = {r.peer for r in health.replicas if r.stream == "TWIN_EVENTS"}
         if not behind and len(peers) == 2:
