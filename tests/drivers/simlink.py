@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import anyio
 
@@ -24,6 +25,15 @@ FAST = ProtocolConfig(
     params=ParamConfig(timeout_s=0.5, max_attempts=4),
     heartbeat_wait_s=3.0,
     operation_timeout_s=40.0,
+)
+
+#: For 20% loss both ways an exchange fails with p = 1 - 0.8 * 0.8 = 0.36; 12 consecutive
+#: failures (0.36**13 ~ 2e-6 per exchange) keep these tests from flaking.
+LOSSY = replace(
+    FAST,
+    mission=MissionConfig(item_timeout_s=0.5, max_retries=12),
+    params=ParamConfig(timeout_s=0.5, max_attempts=12),
+    operation_timeout_s=50.0,
 )
 
 

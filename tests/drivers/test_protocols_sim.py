@@ -29,7 +29,7 @@ from drivers.mavlink.runner import (
 )
 from drivers.mavlink.transport import Endpoint
 from sim.fleet import SimConfig
-from tests.drivers.simlink import FAST, sim_link, wait_for
+from tests.drivers.simlink import FAST, LOSSY, sim_link, wait_for
 
 ARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM
 DO_SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
@@ -159,8 +159,8 @@ async def test_mission_upload_survives_20_percent_loss() -> None:
     cfg = SimConfig(vehicles=1, base_port=0, speedup=5.0, loss=0.2, loss_in=0.2)
     async with sim_link(cfg) as (link, v):
         for _ in range(2):
-            assert await upload_and_verify(link, plan.mission, MISSION, config=FAST) == plan.mission_digest
-        assert await upload_and_verify(link, plan.fence, FENCE, config=FAST) == digest(plan.fence)
+            assert await upload_and_verify(link, plan.mission, MISSION, config=LOSSY) == plan.mission_digest
+        assert await upload_and_verify(link, plan.fence, FENCE, config=LOSSY) == digest(plan.fence)
         assert v.link.frames_lost > 0 and v.link.frames_in_lost > 0
 
 
@@ -189,7 +189,7 @@ async def test_params_under_loss() -> None:
     cfg = SimConfig(vehicles=1, base_port=0, speedup=5.0, loss=0.2, loss_in=0.2)
     async with sim_link(cfg) as (link, v):
         for i in range(5):
-            out = await set_param(link, "WPNAV_RADIUS", 100.0 + i, param_type=REAL32, config=FAST)
+            out = await set_param(link, "WPNAV_RADIUS", 100.0 + i, param_type=REAL32, config=LOSSY)
             assert out.value == 100.0 + i
         assert v.params["WPNAV_RADIUS"] == 104.0
 
