@@ -112,6 +112,9 @@ async def _report_until(fleet: SimFleet, stop: asyncio.Event, every_s: float) ->
         s = fleet.stats
         dt = max(wall - last_wall, 1e-9)
         line = {
+            "t": round(wall, 3),
+            "frames_out": frames,
+            "bytes_out": sum(v.link.bytes_out for v in fleet.vehicles),
             "vehicles": len(fleet.vehicles),
             "clients": sum(len(v.clients) for v in fleet.vehicles),
             "frames_out_per_s": round((frames - last_frames) / dt, 1),

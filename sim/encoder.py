@@ -12,6 +12,7 @@ Both paths produce identical bytes (tested against pymavlink's encoder).
 
 from __future__ import annotations
 
+import operator
 import struct
 from typing import Any, Final
 
@@ -29,21 +30,21 @@ class Packer:
     values are reordered into wire order (`ordered_fieldnames`) and packed.
     """
 
-    __slots__ = ("_crc_extra", "_id_hi", "_id_lo", "_order", "_struct", "msg_id", "name")
+    __slots__ = ("_crc_extra", "_id_hi", "_id_lo", "_order", "_pack", "msg_id", "name")
 
     def __init__(self, cls: Any) -> None:
         if any(n > 0 for n in getattr(cls, "array_lengths", [])):
             raise ValueError(f"{cls.msgname} has array fields; frame it with pymavlink")
         self.msg_id: int = cls.id
         self.name: str = cls.msgname
-        self._struct: struct.Struct = cls.unpacker
+        self._pack = cls.unpacker.pack
         self._crc_extra = bytes((cls.crc_extra,))
-        self._order = tuple(cls.fieldnames.index(n) for n in cls.ordered_fieldnames)
+        self._order = operator.itemgetter(*(cls.fieldnames.index(n) for n in cls.ordered_fieldnames))
         self._id_lo = cls.id & 0xFFFF
         self._id_hi = cls.id >> 16
 
     def frame(self, sysid: int, compid: int, seq: int, values: tuple[Any, ...]) -> bytes:
-        payload = self._struct.pack(*[values[i] for i in self._order])
+        payload = self._pack(*self._order(values))
         payload = payload.rstrip(b"\x00") or b"\x00"  # MAVLink 2 trims trailing zeros, keeps one byte
         header = _HEADER.pack(253, len(payload), 0, 0, seq, sysid, compid, self._id_lo, self._id_hi)
         body = header[1:] + payload

@@ -33,6 +33,7 @@ from sim.modes import Flavour, Mode, px4_custom
 MAX_DT: Final = 0.1  # physics and telemetry resolution, sim seconds
 FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
 COMP_AUTOPILOT: Final = 1
+BATTERY_CHECK_S: Final = 0.5  # sim seconds between battery failsafe checks
 MAX_EXECUTIONS: Final = 10_000  # the record keeps at least this many recent commands
 
 R = mavlink2  # brevity for MAV_* constants
@@ -200,6 +201,7 @@ class VehicleModel:
         self.item_started = False
         self.item_hold_until: float | None = None
         self.battery_fs = 0  # 0 none, 1 low, 2 critical
+        self._next_battery_check = now
         self.fence = _Fence()
         self.landed_since = now
         self._sent: dict[int, _Sent] = {}
@@ -300,6 +302,7 @@ class VehicleModel:
         self.consumed_mah = self.capacity_mah * (1.0 - pct / 100.0)
         if self.battery_fs and not self._battery_level():
             self.battery_fs = 0  # a fresh battery clears the failsafe
+        self._next_battery_check = self.now
 
     # ------------------------------------------------------------------ output helpers
     def _send(self, msg: Any) -> None:
@@ -747,8 +750,9 @@ class VehicleModel:
                 self._poll_pending(self.now)
             if self.missions.upload is not None:
                 self.out.extend(self.missions.poll(self.now))
-            for msg_id in self.schedule.due(self.now):
-                self._emit(msg_id)
+            if self.now >= self.schedule.next_due:
+                for msg_id in self.schedule.due(self.now):
+                    self._emit(msg_id)
 
     def _checks(self) -> None:
         since_boot = self.now - self.boot_at
@@ -760,7 +764,9 @@ class VehicleModel:
             self._text(R.MAV_SEVERITY_INFO, "EKF3 IMU0 is using GPS")
             if self.home is None:
                 self._set_home(self.lat_deg, self.lon_deg, self.alt_amsl_m)
-        self._battery_check()
+        if self.now >= self._next_battery_check:  # ArduPilot filters too (BATT_LOW_TIMER)
+            self._next_battery_check = self.now + BATTERY_CHECK_S
+            self._battery_check()
         if self.armed and self.params["FENCE_ENABLE"]:
             self._fence_check()
         delay = self.params["DISARM_DELAY"]
@@ -1170,74 +1176,94 @@ class VehicleModel:
         )
 
     def _emit(self, msg_id: int, *, force: bool = False) -> None:
-        out = self.out
-        if msg_id == streams.GLOBAL_POSITION_INT:
-            out.append((enc.GLOBAL_POSITION_INT, (
-                self.boot_ms, round(self.lat_deg * 1e7), round(self.lon_deg * 1e7), round(self.alt_amsl_m * 1000),
-                round(self.alt_m * 1000), _i16(self.vn * 100), _i16(self.ve * 100), _i16(self.vd * 100),
-                round(self.heading_deg * 100) % 36000,
-            )))  # fmt: skip
-        elif msg_id == streams.ATTITUDE:
-            pitch = -0.02 * min(self.groundspeed_m_s, 15.0)  # nose down when moving, roughly
-            yaw = math.radians(self.heading_deg)
-            if yaw > math.pi:
-                yaw -= 2 * math.pi
-            out.append((enc.ATTITUDE, (self.boot_ms, self.roll, pitch, yaw, 0.0, 0.0, 0.0)))
-        elif msg_id == streams.HEARTBEAT:
-            out.append((enc.HEARTBEAT, self._heartbeat_values()))
-        elif msg_id == streams.SYS_STATUS:
-            health = _SENSORS
-            if not self.gps_fix:
-                health &= ~R.MAV_SYS_STATUS_SENSOR_GPS
-            if not self.ekf_ok:
-                health &= ~(R.MAV_SYS_STATUS_AHRS | R.MAV_SYS_STATUS_PREARM_CHECK)
-            if self.battery_fs:
-                health &= ~R.MAV_SYS_STATUS_SENSOR_BATTERY
-            out.append((enc.SYS_STATUS, (
-                _SENSORS, _SENSORS, health, 180, round(self.battery_v * 1000), _i16(self.current_a * 100),
-                round(self.battery_pct), 0, self.stats.bad_frames_in & 0xFFFF, 0, 0, 0, 0, 0, 0, 0,
-            )))  # fmt: skip
-        elif msg_id == streams.GPS_RAW_INT:
-            fix = R.GPS_FIX_TYPE_3D_FIX if self.gps_fix else R.GPS_FIX_TYPE_NO_FIX
-            cog = round(self.heading_deg * 100) % 36000
-            out.append((enc.GPS_RAW_INT, (
-                self._unix_us(), fix, round(self.lat_deg * 1e7), round(self.lon_deg * 1e7), round(self.alt_amsl_m * 1000),
-                121 if self.gps_fix else 9999, 200 if self.gps_fix else 9999, round(self.groundspeed_m_s * 100), cog,
-                12 if self.gps_fix else 0, round(self.alt_amsl_m * 1000) + 22_000, 300, 500, 200, 0, 0,
-            )))  # fmt: skip
-        elif msg_id == streams.VFR_HUD:
-            throttle = 0 if not self.armed else (12 if self.landed else 48)
-            out.append((enc.VFR_HUD, (
-                self.groundspeed_m_s, self.groundspeed_m_s, round(self.heading_deg) % 360, throttle,
-                self.alt_amsl_m, self.climb_m_s,
-            )))  # fmt: skip
-        elif msg_id == streams.EXTENDED_SYS_STATE:
-            out.append((enc.EXTENDED_SYS_STATE, (R.MAV_VTOL_STATE_UNDEFINED, self.landed_state)))
-        elif msg_id == streams.SYSTEM_TIME:
-            out.append((enc.SYSTEM_TIME, (self._unix_us(), self.boot_ms)))
-        elif msg_id == streams.BATTERY_STATUS:
-            mv = round(self.battery_v * 1000)
-            charge = (
-                R.MAV_BATTERY_CHARGE_STATE_OK,
-                R.MAV_BATTERY_CHARGE_STATE_LOW,
-                R.MAV_BATTERY_CHARGE_STATE_CRITICAL,
-            )[self._battery_level()]
-            out.append(R.MAVLink_battery_status_message(
-                0, R.MAV_BATTERY_FUNCTION_ALL, R.MAV_BATTERY_TYPE_LIPO, 32767, [mv] + [65535] * 9,
-                _i16(self.current_a * 100), round(self.consumed_mah), round(self.consumed_mah * self.battery_v * 0.036),
-                round(self.battery_pct), 0, charge, [0, 0, 0, 0], 0, 0,
-            ))  # fmt: skip
-        elif msg_id == streams.HOME_POSITION:
-            if self.home is not None:
-                out.append(self._home_position())
-        elif msg_id == streams.MISSION_CURRENT:
-            n = len(self._mission())
-            state = self.mission_state if n > 1 else R.MISSION_STATE_NO_MISSION
-            in_mission = 1 if self.fmode.behaviour == "auto" else 2
-            out.append((enc.MISSION_CURRENT, (self.mission_seq, max(n - 1, 0), state, in_mission)))
-        elif msg_id == streams.FENCE_STATUS and (self.params["FENCE_ENABLE"] or force or self.fence.breach_count):
-            f = self.fence
-            out.append((enc.FENCE_STATUS, (
+        emitter = _EMITTERS.get(msg_id)
+        if emitter is not None:
+            emitter(self, force)
+
+    # One method per streamed message: the tick loop calls these tens of thousands of
+    # times a second at load-test sizes, so they avoid properties and module lookups.
+    def _e_global_position_int(self, force: bool) -> None:
+        alt = self.alt_m
+        self.out.append((_P_GPI, (
+            int((self.now - self.boot_at) * 1000), round(self.lat_deg * 1e7), round(self.lon_deg * 1e7),
+            round((self.ground_amsl_m + alt) * 1000), round(alt * 1000), round(self.vn * 100), round(self.ve * 100),
+            round(self.vd * 100), round(self.heading_deg * 100) % 36000,
+        )))  # fmt: skip
+
+    def _e_attitude(self, force: bool) -> None:
+        gs = math.hypot(self.vn, self.ve)
+        pitch = -0.02 * (gs if gs < 15.0 else 15.0)  # nose down when moving, roughly
+        yaw = math.radians(self.heading_deg)
+        if yaw > math.pi:
+            yaw -= 2 * math.pi
+        self.out.append((_P_ATT, (int((self.now - self.boot_at) * 1000), self.roll, pitch, yaw, 0.0, 0.0, 0.0)))
+
+    def _e_heartbeat(self, force: bool) -> None:
+        self.out.append((enc.HEARTBEAT, self._heartbeat_values()))
+
+    def _e_sys_status(self, force: bool) -> None:
+        health = _SENSORS
+        if not self.gps_fix:
+            health &= ~R.MAV_SYS_STATUS_SENSOR_GPS
+        if not self.ekf_ok:
+            health &= ~(R.MAV_SYS_STATUS_AHRS | R.MAV_SYS_STATUS_PREARM_CHECK)
+        if self.battery_fs:
+            health &= ~R.MAV_SYS_STATUS_SENSOR_BATTERY
+        self.out.append((enc.SYS_STATUS, (
+            _SENSORS, _SENSORS, health, 180, round(self.battery_v * 1000), round(self.current_a * 100),
+            round(self.battery_pct), 0, self.stats.bad_frames_in & 0xFFFF, 0, 0, 0, 0, 0, 0, 0,
+        )))  # fmt: skip
+
+    def _e_gps_raw_int(self, force: bool) -> None:
+        fix = self.gps_fix
+        amsl_mm = round((self.ground_amsl_m + self.alt_m) * 1000)
+        self.out.append((enc.GPS_RAW_INT, (
+            self._unix_us(), 3 if fix else 1, round(self.lat_deg * 1e7), round(self.lon_deg * 1e7), amsl_mm,
+            121 if fix else 9999, 200 if fix else 9999, round(math.hypot(self.vn, self.ve) * 100),
+            round(self.heading_deg * 100) % 36000, 12 if fix else 0, amsl_mm + 22_000, 300, 500, 200, 0, 0,
+        )))  # fmt: skip
+
+    def _e_vfr_hud(self, force: bool) -> None:
+        gs = math.hypot(self.vn, self.ve)
+        throttle = 0 if not self.armed else (12 if self.landed else 48)
+        self.out.append((enc.VFR_HUD, (
+            gs, gs, round(self.heading_deg) % 360, throttle, self.ground_amsl_m + self.alt_m, -self.vd,
+        )))  # fmt: skip
+
+    def _e_extended_sys_state(self, force: bool) -> None:
+        self.out.append((enc.EXTENDED_SYS_STATE, (0, self.landed_state)))
+
+    def _e_system_time(self, force: bool) -> None:
+        self.out.append((enc.SYSTEM_TIME, (self._unix_us(), int((self.now - self.boot_at) * 1000))))
+
+    def _e_battery_status(self, force: bool) -> None:
+        mv = round(self.battery_v * 1000)
+        charge = (
+            R.MAV_BATTERY_CHARGE_STATE_OK,
+            R.MAV_BATTERY_CHARGE_STATE_LOW,
+            R.MAV_BATTERY_CHARGE_STATE_CRITICAL,
+        )[self._battery_level()]
+        self.out.append(R.MAVLink_battery_status_message(
+            0, R.MAV_BATTERY_FUNCTION_ALL, R.MAV_BATTERY_TYPE_LIPO, 32767, [mv] + [65535] * 9,
+            round(self.current_a * 100), round(self.consumed_mah), round(self.consumed_mah * self.battery_v * 0.036),
+            round(self.battery_pct), 0, charge, [0, 0, 0, 0], 0, 0,
+        ))  # fmt: skip
+
+    def _e_home_position(self, force: bool) -> None:
+        if self.home is not None:
+            self.out.append(self._home_position())
+
+    def _e_mission_current(self, force: bool) -> None:
+        n = len(self.missions.lists[MISSION])
+        n = max(n, 1)
+        state = self.mission_state if n > 1 else R.MISSION_STATE_NO_MISSION
+        in_mission = 1 if self.fmode.behaviour == "auto" else 2
+        self.out.append((enc.MISSION_CURRENT, (self.mission_seq, n - 1, state, in_mission)))
+
+    def _e_fence_status(self, force: bool) -> None:
+        f = self.fence
+        if self.params["FENCE_ENABLE"] or force or f.breach_count:
+            self.out.append((enc.FENCE_STATUS, (
                 1 if f.breach_type else 0, f.breach_count, f.breach_type, f.breach_time_ms, R.FENCE_MITIGATE_NONE,
             )))  # fmt: skip
 
@@ -1259,10 +1285,6 @@ class VehicleModel:
         else:
             status = R.MAV_STATE_STANDBY
         return (R.MAV_TYPE_QUADROTOR, self.flavour.autopilot, base, self.fmode.custom_mode, status, 3)
-
-
-def _i16(v: float) -> int:
-    return max(-32768, min(32767, round(v)))
 
 
 def _param_name(raw: Any) -> str:
@@ -1290,6 +1312,24 @@ _HANDLERS: Final[dict[str, Any]] = {
     "MISSION_CLEAR_ALL": VehicleModel._on_mission_clear_all,
     "MISSION_SET_CURRENT": VehicleModel._on_mission_set_current,
     "MISSION_ACK": VehicleModel._on_mission_ack,
+}
+
+_P_GPI: Final = enc.GLOBAL_POSITION_INT
+_P_ATT: Final = enc.ATTITUDE
+
+_EMITTERS: Final[dict[int, Any]] = {
+    streams.GLOBAL_POSITION_INT: VehicleModel._e_global_position_int,
+    streams.ATTITUDE: VehicleModel._e_attitude,
+    streams.HEARTBEAT: VehicleModel._e_heartbeat,
+    streams.SYS_STATUS: VehicleModel._e_sys_status,
+    streams.GPS_RAW_INT: VehicleModel._e_gps_raw_int,
+    streams.VFR_HUD: VehicleModel._e_vfr_hud,
+    streams.EXTENDED_SYS_STATE: VehicleModel._e_extended_sys_state,
+    streams.SYSTEM_TIME: VehicleModel._e_system_time,
+    streams.BATTERY_STATUS: VehicleModel._e_battery_status,
+    streams.HOME_POSITION: VehicleModel._e_home_position,
+    streams.MISSION_CURRENT: VehicleModel._e_mission_current,
+    streams.FENCE_STATUS: VehicleModel._e_fence_status,
 }
 
 _COMMANDS: Final[dict[int, Any]] = {

@@ -140,15 +140,17 @@ class Schedule:
         out: list[int] = []
         next_due = float("inf")
         for e in self._entries:
-            if e[0] <= now:
+            t = e[0]
+            if t <= now:
                 n = 0
-                while e[0] <= now and n < MAX_CATCH_UP:
+                while t <= now and n < MAX_CATCH_UP:
                     out.append(int(e[2]))
-                    e[0] += e[1]
+                    t += e[1]
                     n += 1
-                if e[0] <= now:  # fell far behind: resynchronise rather than burst
-                    e[0] = now + e[1]
-            next_due = min(next_due, e[0])
+                if t <= now:  # fell far behind: resynchronise rather than burst
+                    t = now + e[1]
+                e[0] = t
+            next_due = min(next_due, t)
         self.next_due = next_due
         return out
 
