@@ -1,0 +1,191 @@
+"""`mavjet bench replay --events N`: how fast the data source reads, against the ceiling.
+
+Fills TWIN_EVENTS with N events from `sim audit` (a private nats-server unless
+--nats is given), then measures in one run:
+- ceiling: one process reading the whole stream with an ordered consumer
+  callback, (a) only counting messages and (b) decoding them into columns the
+  way each Spark partition does;
+- the `jetstream` data source on Spark local[2] reading every column
+  (`noop` sink, so nothing but the read is timed), as events/s;
+- the whole replay (all jobs, Parquet, report) on the same session.
+Prints the figures and ratios and writes them as JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from typing import Any
+
+from analytics.options import SourceOptions
+from gateway.subjects import EVENTS_STREAM
+
+EVENTS_PER_VEHICLE_DAY = 16  # what sim audit generates with its defaults (measured: ~16.6)
+ENV = "bench"
+
+
+async def _fill(url: str, events: int, seed: int) -> dict[str, Any]:
+    import nats
+
+    from sim.audit import AuditConfig, Truth, default_end_ns, ensure_stream, publish
+
+    days = 90
+    vehicles = max(1, math.ceil(events / (days * EVENTS_PER_VEHICLE_DAY)) + 1)
+    cfg = AuditConfig(vehicles=vehicles, days=days, seed=seed, env=ENV, end_ns=default_end_ns())
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        await ensure_stream(nc, ENV)
+        t0 = time.perf_counter()
+        n = await publish(nc.jetstream(publish_async_max_pending=4000), cfg, Truth(keep_detail=False), max_events=events)
+        dt_s = time.perf_counter() - t0
+        info = await nc.jetstream().stream_info(EVENTS_STREAM)
+    finally:
+        await nc.close()
+    return {"published": n, "vehicles": vehicles, "days": days, "publish_s": round(dt_s, 3),
+            "publish_events_per_s": round(n / dt_s), "stream_messages": info.state.messages,
+            "stream_bytes": info.state.bytes, "first_seq": info.state.first_seq, "last_seq": info.state.last_seq}
+
+
+async def _ceiling_count(url: str, first: int, last: int) -> float:
+    """Seconds for one ordered-consumer callback to receive [first, last], doing nothing else."""
+    import nats
+    from nats.js import api
+
+    from analytics.natsread import _seq_and_pending
+
+    nc = await nats.connect(url, connect_timeout=5)
+    done = asyncio.Event()
+    count = 0
+
+    async def cb(msg: Any) -> None:
+        nonlocal count
+        count += 1
+        seq, pending = _seq_and_pending(msg.reply)
+        if seq >= last or pending == 0:
+            done.set()
+
+    try:
+        t0 = time.perf_counter()
+        sub = await nc.jetstream().subscribe(
+            "", stream=EVENTS_STREAM, cb=cb, ordered_consumer=True,
+            config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first),
+        )
+        async with asyncio.timeout(600):
+            await done.wait()
+        elapsed = time.perf_counter() - t0
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+    return elapsed
+
+
+def _ceiling_decode(url: str, first: int, last: int) -> tuple[float, int]:
+    """Seconds for the data source's own range reader (callback + decode to columns), one process."""
+    from analytics.natsread import iter_range
+
+    opts = SourceOptions(url=url, batch_rows=50_000)
+    t0 = time.perf_counter()
+    rows = sum(len(cols[0]) for cols in iter_range(opts, first, last))
+    return time.perf_counter() - t0, rows
+
+
+def run(url: str, events: int, *, seed: int, master: str, out_dir: str, partitions: int | None) -> dict[str, Any]:
+    from analytics.replay import ReplayConfig, run_replay
+    from analytics.session import get_spark
+
+    res: dict[str, Any] = {"events_requested": events, "master": master, "cpus": os.cpu_count(),
+                           "python": platform.python_version(),
+                           # other work on the machine skews every figure: record it with them
+                           "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+    fill = asyncio.run(_fill(url, events, seed))
+    res["fill"] = fill
+    first, last = fill["first_seq"], fill["last_seq"]
+    n = fill["stream_messages"]
+
+    t = asyncio.run(_ceiling_count(url, first, last))
+    res["ceiling_callback_events_per_s"] = round(n / t)
+    t, rows = _ceiling_decode(url, first, last)
+    assert rows == n, f"range reader returned {rows} rows for {n} messages"
+    res["ceiling_callback_decode_events_per_s"] = round(n / t)
+
+    t0 = time.perf_counter()
+    spark = get_spark(master, app_name="mavjet-bench-replay")
+    res["spark_session_s"] = round(time.perf_counter() - t0, 3)
+    try:
+        reader = spark.read.format("jetstream").option("url", url)
+        if partitions:
+            reader = reader.option("partitions", str(partitions))
+        df = reader.load()
+        res["read_partitions"] = df.rdd.getNumPartitions()
+        t0 = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        read_s = time.perf_counter() - t0
+        res["source_read_s"] = round(read_s, 3)
+        res["source_events_per_s"] = round(n / read_s)
+        t0 = time.perf_counter()
+        summary = run_replay(spark, ReplayConfig(out=out_dir, url=url, env=ENV, master=master, partitions=partitions))
+        res["replay_s"] = round(time.perf_counter() - t0, 3)
+        res["replay_steps_s"] = summary["timings_s"]
+        res["replay_events"] = summary["events"]
+        res["replay_flights"] = summary.get("flights")
+    finally:
+        spark.stop()
+    res["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    res["ratio_source_to_callback_ceiling"] = round(res["source_events_per_s"] / res["ceiling_callback_events_per_s"], 3)
+    res["ratio_source_to_decode_ceiling"] = round(
+        res["source_events_per_s"] / res["ceiling_callback_decode_events_per_s"], 3
+    )
+    return res
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "replay":
+        argv = argv[1:]
+    p = argparse.ArgumentParser(prog="mavjet bench replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--nats", help="use this server (its TWIN_EVENTS must be empty or hold env 'bench'); default: a private one")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--partitions", type=int, help="read partitions (default: the source's own choice)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", help="write the figures to this file")
+    args = p.parse_args(argv)
+    if args.events < 1:
+        p.error("--events must be >= 1")
+
+    from gateway.natsserver import NatsServer
+
+    with tempfile.TemporaryDirectory(prefix="mavjet-bench-replay-") as tmp:
+        if args.nats:
+            res = run(args.nats, args.events, seed=args.seed, master=args.master, out_dir=f"{tmp}/out",
+                      partitions=args.partitions)
+        else:
+            with NatsServer(store_dir=f"{tmp}/js") as srv:
+                res = run(srv.url, args.events, seed=args.seed, master=args.master, out_dir=f"{tmp}/out",
+                          partitions=args.partitions)
+    n = res["fill"]["stream_messages"]
+    print(f"events in stream:                 {n:,} ({res['fill']['stream_bytes'] / 1e6:,.0f} MB)")
+    print(f"publish (sim audit):              {res['fill']['publish_events_per_s']:,} events/s")
+    print(f"ceiling, callback only:           {res['ceiling_callback_events_per_s']:,} events/s")
+    print(f"ceiling, callback + decode:       {res['ceiling_callback_decode_events_per_s']:,} events/s")
+    print(f"data source on {res['master']} ({res['read_partitions']} partitions): "
+          f"{res['source_events_per_s']:,} events/s ({res['source_read_s']} s)")
+    print(f"ratio source / callback ceiling:  {res['ratio_source_to_callback_ceiling']}")
+    print(f"ratio source / decode ceiling:    {res['ratio_source_to_decode_ceiling']}")
+    print(f"replay total (all jobs):          {res['replay_s']} s (+ {res['spark_session_s']} s session start)")
+    print(f"load average (1 min) start/end:   {res['loadavg_1m_start']} / {res['loadavg_1m_end']} on {res['cpus']} CPUs")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
