@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "monitor": ("gateway.ops.monitor", "export JetStream stream health as Prometheus metrics"),
     "backup": ("gateway.ops.backup", "back up streams, KV history and objects to a directory"),
     "restore": ("gateway.ops.restore", "restore a backup into a server"),
+    "migrate": ("gateway.ops.migrate", "move the twin's streams to another cluster with mirrors"),
 }
 
 

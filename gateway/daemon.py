@@ -65,8 +65,10 @@ class Gateway:
         link_hz = self.cfg.rates_hz.get("link")
         link_every_ns = int(1e9 / link_hz) if link_hz else None
         next_link_ns = time.time_ns()
+        tick_gauge = self.metrics.loop_tick
         while True:
             now_ns = time.time_ns()
+            tick_gauge.set(now_ns / 1e9)
             if dirty:
                 batch = list(dirty)
                 dirty.clear()

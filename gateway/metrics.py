@@ -63,6 +63,11 @@ class GatewayMetrics:
         self.spool_dropped = Counter("mavjet_spool_dropped", "Spooled events dropped at the bound", registry=r)
         self.events = Counter("mavjet_events", "Events detected", ["type"], registry=r)
         self.commands = Counter("mavjet_commands", "Commands finished by result", ["name", "result"], registry=r)
+        self.loop_tick = Gauge(
+            "mavjet_loop_last_tick_timestamp_seconds",
+            "Unix time of the gateway's last publish tick (a stale value means a hung event loop)",
+            registry=r,
+        )
 
     def watch_links(self, links: Callable[[], Iterable[Any]]) -> None:
         self.registry.register(_LinkCollector(links))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,16 @@ from gateway.ops.runner import run_cli
 from gateway.subjects import check_token
 from gateway.units import parse_duration_s, parse_size_bytes
 
-DEFINITIONS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "jetstream"
+
+def _definitions_dir() -> Path:
+    """`deploy/jetstream` in a checkout; `<prefix>/share/mavjet/jetstream` in a wheel install."""
+    repo = Path(__file__).resolve().parent.parent / "deploy" / "jetstream"
+    if repo.is_dir():
+        return repo
+    return Path(sys.prefix) / "share" / "mavjet" / "jetstream"
+
+
+DEFINITIONS_DIR = _definitions_dir()
 
 # Fields JetStream refuses to change on an existing stream. A difference in
 # one of these is a conflict the operator must resolve by hand.
