@@ -95,27 +95,27 @@ def start_standalone(work_dir: str, *, cores: int = 2, timeout_s: float = 60.0) 
     }
     port, ui = free_port(), free_port()
     procs: list[Any] = []
-    log = open(Path(work_dir) / "master.log", "ab")  # noqa: SIM115
-    procs.append(
-        subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", str(ui)],
-            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+    with open(Path(work_dir) / "master.log", "ab") as log:
+        procs.append(
+            subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(ui)],
+                env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            )
         )
-    )
     cluster = Standalone(master_url=f"spark://127.0.0.1:{port}", procs=procs)
     try:
         if not wait_port("127.0.0.1", port, timeout_s):
             raise RuntimeError("spark master did not listen")
-        wlog = open(Path(work_dir) / "worker.log", "ab")  # noqa: SIM115
-        procs.append(
-            subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
-                 "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", str(cores),
-                 "--memory", "2g", "--work-dir", work_dir],
-                env=env, stdout=wlog, stderr=wlog, stdin=subprocess.DEVNULL,
+        with open(Path(work_dir) / "worker.log", "ab") as wlog:
+            procs.append(
+                subprocess.Popen(
+                    [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
+                     "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", str(cores),
+                     "--memory", "2g", "--work-dir", work_dir],
+                    env=env, stdout=wlog, stderr=wlog, stdin=subprocess.DEVNULL,
+                )
             )
-        )
         deadline = time.monotonic() + timeout_s
         worker_log = Path(work_dir) / "worker.log"
         while time.monotonic() < deadline:
