@@ -141,6 +141,15 @@ class MavlinkLink:
         return self._target_component
 
     @property
+    def source_system(self) -> int:
+        """Our own system id: ACKs addressed to another ground station are not ours."""
+        return self.codec.src_system
+
+    @property
+    def source_component(self) -> int:
+        return self.codec.src_component
+
+    @property
     def is_up(self) -> bool:
         return self.state is LinkState.UP
 
