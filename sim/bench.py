@@ -134,9 +134,12 @@ async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float
 
     stats_task = asyncio.create_task(read_stats(proc.stderr))
     pinned = False
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2:
-        os.sched_setaffinity(proc.pid, {1})
-        os.sched_setaffinity(0, {0})
+    own_cpus: set[int] | None = None
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2:
+        own_cpus = os.sched_getaffinity(0)
+        cpu_a, cpu_b = sorted(own_cpus)[:2]
+        os.sched_setaffinity(proc.pid, {cpu_b})
+        os.sched_setaffinity(0, {cpu_a})
         pinned = True
     endpoints: list[tuple[int, str, int]] = []
     try:
@@ -192,6 +195,8 @@ async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float
             "pinned": pinned,
         }
     finally:
+        if own_cpus is not None:
+            os.sched_setaffinity(0, own_cpus)  # callers (tests) keep their CPUs
         stats_task.cancel()
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)

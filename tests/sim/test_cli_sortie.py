@@ -99,3 +99,19 @@ async def test_sortie_steps_aside_when_a_ground_station_commands() -> None:
             assert not v.armed and v.external_control
         finally:
             await gcs.close()
+
+
+async def test_bench_measures_a_small_fleet() -> None:
+    import os
+
+    from sim import bench
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    result = await bench.bench(vehicles=5, duration_s=2.0, fast_hz=10.0, slow_hz=2.0, warmup_s=1.0)
+    assert result["vehicles"] == 5
+    assert result["requested_msgs_per_s"] == 5 * 33.0
+    assert result["crc_errors"] == 0 and result["checked_frames"] > 100
+    assert 0.8 <= result["ratio"] <= 1.2
+    assert 0.8 <= result["delivered_bytes_ratio"] <= 1.2
+    if cpus is not None:
+        assert os.sched_getaffinity(0) == cpus  # the caller's CPU affinity is restored
