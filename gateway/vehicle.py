@@ -144,12 +144,16 @@ class VehicleTwin:
             if interval is None:
                 self.fresh.discard(ch)
                 continue
+            # The rate limit is anchored on when the last published sample
+            # arrived, not on when it was published: anchoring on publish
+            # times lets tick jitter accumulate into tens of ms of lag.
             if now_ns - last.get(ch, 0) < interval:
                 continue  # stays fresh: goes out on a later tick
             self.fresh.discard(ch)
-            last[ch] = now_ns
+            recv = self.recv_ns[ch]
+            last[ch] = recv
             payload = envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch])
-            await pub.publish_state(self._subjects[ch], payload, self.recv_ns[ch])
+            await pub.publish_state(self._subjects[ch], payload, recv)
 
     async def publish_link(self, now_ns: int) -> None:
         if "link" in self._subjects:
