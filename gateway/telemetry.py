@@ -295,7 +295,13 @@ class VehicleModel:
         if m.battery_remaining >= 0:
             self.battery_pct = float(m.battery_remaining)
             bat["remaining_pct"] = self.battery_pct
-        self._set("battery", recv_ns, bat)
+        if "voltage_v" in bat:
+            # SYS_STATUS drives the channel's rate; BATTERY_STATUS only enriches
+            # it. Two 1 Hz sources out of phase would otherwise make every
+            # published sample half a second old.
+            self.channels["battery"] = bat
+        else:
+            self._set("battery", recv_ns, bat)
 
     def _gps_raw(self, m: MavMessage, recv_ns: int) -> None:
         prev = self.fix_type

@@ -45,7 +45,7 @@ class VehicleTwin:
         # rather than one tick late, which would lower the effective rate.
         slack_ns = int(cfg.publish_tick_s * 1e9 / 2)
         self._interval_ns = {ch: int(1e9 / hz) - slack_ns for ch, hz in cfg.rates_hz.items() if ch != "link"}
-        self._last_pub_ns: dict[str, int] = {}
+        self._last_pub_ns: dict[str, int] = {}  # per channel: earliest next publish (ns)
         self.fresh: set[str] = set()
         self.on_fresh: Any = None  # set by the daemon: called with self when a channel gets a new sample
         self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
@@ -144,14 +144,17 @@ class VehicleTwin:
             if interval is None:
                 self.fresh.discard(ch)
                 continue
-            # The rate limit is anchored on when the last published sample
-            # arrived, not on when it was published: anchoring on publish
-            # times lets tick jitter accumulate into tens of ms of lag.
-            if now_ns - last.get(ch, 0) < interval:
+            # `last` holds when the channel may next be published. It advances
+            # on a fixed schedule (not from the publish time, whose tick
+            # jitter would accumulate into lag), so the rate stays bounded
+            # when the vehicle sends faster, and a sample arriving on time
+            # goes out on the next tick.
+            due = last.get(ch, 0)
+            if now_ns < due:
                 continue  # stays fresh: goes out on a later tick
             self.fresh.discard(ch)
             recv = self.recv_ns[ch]
-            last[ch] = recv
+            last[ch] = max(due + interval, recv + interval // 2)
             payload = envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch])
             await pub.publish_state(self._subjects[ch], payload, recv)
 
