@@ -43,6 +43,7 @@ DENIED: Final[int] = R.MAV_RESULT_DENIED
 UNSUPPORTED: Final[int] = R.MAV_RESULT_UNSUPPORTED
 FAILED: Final[int] = R.MAV_RESULT_FAILED
 IN_PROGRESS: Final[int] = R.MAV_RESULT_IN_PROGRESS
+_FORCEABLE: Final = frozenset(k for k in R.enums["MAV_RESULT"] if k < R.MAV_RESULT_ENUM_END)
 
 ON_GROUND: Final[int] = R.MAV_LANDED_STATE_ON_GROUND
 IN_AIR: Final[int] = R.MAV_LANDED_STATE_IN_AIR
@@ -101,6 +102,7 @@ class ExecutedCommand:
     confirmation: int = 0
     frame: int | None = None  # COMMAND_INT only
     source: tuple[int, int] = (0, 0)  # sender sysid, compid
+    executed: bool = True  # False: answered with a result forced by `reject_next`, not acted on
 
 
 @dataclass(slots=True)
@@ -138,6 +140,7 @@ class Stats:
     commands: int = 0
     retransmits_recognised: int = 0
     unknown_commands: int = 0
+    forced_results: int = 0  # commands answered by `reject_next` instead of being executed
     handler_errors: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
@@ -169,6 +172,7 @@ class VehicleModel:
         self.external_control = False  # a ground station has commanded flight: the sortie steps aside
         self.reboot_pending = False
         self.reboots = 0
+        self._forced: dict[int, deque[int]] = {}  # MAV_CMD -> results to answer instead of executing
         self.now = 0.0
         self._boot(0.0)
 
@@ -303,6 +307,24 @@ class VehicleModel:
         if self.battery_fs and not self._battery_level():
             self.battery_fs = 0  # a fresh battery clears the failsafe
         self._next_battery_check = self.now
+
+    def reject_next(self, command: int, result: int, count: int = 1) -> None:
+        """Fault injection: answer the next `count` new `command`s with `result` without executing them.
+
+        Each is recorded in `executions` with `executed=False`. Its
+        retransmissions (confirmation > 0, same params) get the same answer
+        without using up another of the `count`, like any command the
+        vehicle already answered. Calls add up, in order; a reboot keeps them.
+        """
+        if result == IN_PROGRESS or result not in _FORCEABLE:
+            raise ValueError(f"reject_next: result must be a final MAV_RESULT (not IN_PROGRESS), got {result}")
+        if count < 1:
+            raise ValueError(f"reject_next: count must be at least 1, got {count}")
+        self._forced.setdefault(int(command), deque()).extend([int(result)] * count)
+
+    def forced_pending(self, command: int) -> int:
+        """How many forced results `reject_next` still holds for `command`."""
+        return len(self._forced.get(int(command), ()))
 
     # ------------------------------------------------------------------ output helpers
     def _send(self, msg: Any) -> None:
@@ -444,6 +466,19 @@ class VehicleModel:
             prior.wall = wall
             self._ack(cmd, prior.result, partner, prior.progress)
             return
+        forced = self._forced.get(cmd)
+        if forced:
+            result = forced.popleft()
+            if not forced:
+                del self._forced[cmd]
+            self.stats.forced_results += 1
+            self._sent[cmd] = _Sent(params=p, wall=wall, result=result)
+            self._record(
+                ExecutedCommand(command=cmd, params=p, time=now, result=result, confirmation=confirmation, frame=frame,
+                                source=partner, executed=False)
+            )  # fmt: skip
+            self._ack(cmd, result, partner)
+            return
         handler = _COMMANDS.get(cmd)
         if handler is None:
             self.stats.unknown_commands += 1
@@ -458,11 +493,9 @@ class VehicleModel:
             self._pending.append(_Pending(command=cmd, partner=partner, due=due, last_progress=now))
             result = IN_PROGRESS
         self._sent[cmd] = _Sent(params=p, wall=wall, result=result)
-        self.executions.append(
+        self._record(
             ExecutedCommand(command=cmd, params=p, time=now, result=result, confirmation=confirmation, frame=frame, source=partner)
         )
-        if len(self.executions) > 2 * MAX_EXECUTIONS:
-            del self.executions[:-MAX_EXECUTIONS]
         self._ack(cmd, result, partner)
         if cmd == R.MAV_CMD_REQUEST_MESSAGE and result == ACCEPTED:
             self._send_requested(int(p[0]))
@@ -473,6 +506,11 @@ class VehicleModel:
             self._send(R.MAVLink_message_interval_message(int(p[0]), -1 if iv is None else int(iv * 1e6)))
         elif cmd == R.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN and result == ACCEPTED:
             self.reboot_pending = True
+
+    def _record(self, ex: ExecutedCommand) -> None:
+        self.executions.append(ex)
+        if len(self.executions) > 2 * MAX_EXECUTIONS:
+            del self.executions[:-MAX_EXECUTIONS]
 
     def _finish_pending(self, pend: _Pending, result: int) -> None:
         self._pending.remove(pend)

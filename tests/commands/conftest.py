@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -9,11 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerInfo
 
+from gateway import envelope
 from gateway.commands.client import CommandClient, Result
 from gateway.commands.consumer import CommandService
 from gateway.config import CommandConfig
 from gateway.daemon import Gateway
+from gateway.subjects import event_filter
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
 from tests.gateway.conftest import ENV, collect_events, gateway_config, wait_for
@@ -41,7 +47,17 @@ class Rig:
         return await self.client.call(vid, name, params, timeout_s=timeout_s, deadline_s=deadline_s)
 
     def executions(self, vid: str, command: int) -> int:
-        return sum(1 for e in self.vehicle(vid).executions if e.command == command)
+        """How many times the vehicle acted on `command` (answers forced by `reject_next` excluded)."""
+        return sum(1 for e in self.vehicle(vid).executions if e.command == command and e.executed)
+
+    def forced(self, vid: str, command: int) -> list[int]:
+        """The MAV_RESULTs the vehicle answered `command` with under `reject_next`, in order."""
+        return [e.result for e in self.vehicle(vid).executions if e.command == command and not e.executed]
+
+    async def link_known(self, vid: str, timeout_s: float = 20.0) -> None:
+        """The gateway's link is up and the vehicle's state known: a command is executed, not nak'd."""
+        twin = self.gw.twins[vid]
+        await wait_for(lambda: twin.link.is_up and twin.model.armed is not None, timeout_s=timeout_s)
 
 
 async def ready_to_fly(fleet: SimFleet, timeout_s: float = 20.0) -> None:
@@ -89,10 +105,41 @@ async def running_gateway_with(gw: Gateway) -> AsyncIterator[Gateway]:
             gw.request_stop("test done")
 
 
+@asynccontextmanager
+async def published_results(nc: Client, vid: str = "*") -> AsyncIterator[list[dict[str, Any]]]:
+    """Every cmd_result *published* while open (a core subscription: it sees copies the stream would deduplicate)."""
+    seen: list[dict[str, Any]] = []
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append(envelope.unpack(msg.data).data)
+
+    sub = await nc.subscribe(event_filter(ENV, vid, "cmd_result"), cb=on_msg)
+    await nc.flush()
+    try:
+        yield seen
+    finally:
+        await sub.unsubscribe()
+
+
+async def consumer_idle(nc: Client, vid: str, timeout_s: float = 15.0) -> ConsumerInfo:
+    """Wait until the vehicle's consumer holds nothing: no message pending, none awaiting an ack."""
+    js = nc.jetstream()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = await js.consumer_info("TWIN_CMD", f"gw_{vid}")
+        if not info.num_pending and not info.num_ack_pending:
+            return info
+        assert time.monotonic() < deadline, f"consumer gw_{vid} still busy: {info}"
+        await asyncio.sleep(0.1)
+
+
 async def cmd_results(nc: Client, vid: str = "*") -> list[dict[str, Any]]:
     """Every cmd_result stored in TWIN_EVENTS (with the msg id under `_msg_id`)."""
     events = await collect_events(nc, f"fleet.{ENV}.veh.{vid}.evt.cmd_result")
     return [{**d, "_vid": v, "_msg_id": mid} for v, _t, d, mid in events]
 
 
-__all__ = ["ENV", "TEST_COMMANDS", "Rig", "cmd_results", "command_rig", "ready_to_fly", "wait_for"]
+__all__ = [
+    "ENV", "TEST_COMMANDS", "Rig", "cmd_results", "command_rig", "consumer_idle", "published_results", "ready_to_fly",
+    "wait_for",
+]
