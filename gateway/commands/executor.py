@@ -44,7 +44,7 @@ from drivers.errors import LinkError
 from drivers.mavlink.command import CommandConfig as MavCommandConfig
 from drivers.mavlink.command import CommandResult, mav_result_name
 from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import MissionRejected, MissionTimeout
+from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
 from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
 from drivers.mavlink.plan import PlanError, parse_plan
 from drivers.mavlink.runner import (
@@ -368,9 +368,19 @@ class CommandExecutor:
             return Outcome(result="invalid", detail=f"mission_upload: {obj_name}: {exc}")
         digest = await upload_and_verify(self.twin.link, plan.mission, config=self.protocols)
         count = len(plan.mission)
-        self.twin.emit("mission_uploaded", object=obj_name, digest=digest, count=count)
-        return Outcome(result="accepted", detail=f"{count} items, read back and verified", attempts=1,
-                       extra={"digest": digest, "count": count})
+        uploaded: dict[str, Any] = {"digest": digest, "count": count}
+        parts = [f"{count} items"]
+        for kind, mission_type, items in (("fence", FENCE, plan.fence), ("rally", RALLY, plan.rally)):
+            # Only what the plan holds: a plan without a geofence leaves the vehicle's fence alone.
+            kind_digest = None
+            if items:
+                kind_digest = await upload_and_verify(self.twin.link, items, mission_type, config=self.protocols)
+                parts.append(f"{len(items)} {kind} item{'' if len(items) == 1 else 's'}")
+            uploaded[f"{kind}_digest"] = kind_digest
+            uploaded[f"{kind}_count"] = len(items)
+        self.twin.emit("mission_uploaded", object=obj_name, **uploaded)
+        return Outcome(result="accepted", detail=f"{', '.join(parts)}, read back and verified", attempts=1,
+                       extra=uploaded)
 
 
 async def _quietly(aw: Any) -> None:

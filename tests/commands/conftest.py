@@ -126,7 +126,7 @@ async def consumer_idle(nc: Client, vid: str, timeout_s: float = 15.0) -> Consum
     js = nc.jetstream()
     deadline = time.monotonic() + timeout_s
     while True:
-        info = await js.consumer_info("TWIN_CMD", f"gw_{vid}")
+        info: ConsumerInfo = await js.consumer_info("TWIN_CMD", f"gw_{vid}")
         if not info.num_pending and not info.num_ack_pending:
             return info
         assert time.monotonic() < deadline, f"consumer gw_{vid} still busy: {info}"

@@ -7,13 +7,18 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client
 
-from drivers.mavlink.plan import parse_plan
+from drivers.mavlink.mission import FENCE, RALLY
+from drivers.mavlink.plan import digest, parse_plan
 from gateway.natsserver import NatsServer
+from gateway.subjects import BLOBS_BUCKET
 from sim.fleet import SimConfig
+from sim.vehicle import SimVehicle
 from tests.commands.conftest import ENV, command_rig, ready_to_fly
 from tests.gateway.conftest import collect_events
 
@@ -51,6 +56,13 @@ async def test_upload_verify_and_fly_the_mission(provisioned: Client, nats_serve
         assert r.accepted, r
         assert r.data["digest"] == plan.mission_digest and r.data["count"] == len(plan.mission)
         assert v.missions.count(0) == len(plan.mission)
+        # The plan's geofence and rally points went up too, each read back and verified by digest.
+        assert len(plan.fence) > 1 and len(plan.rally) == 1
+        assert (r.data["fence_count"], r.data["fence_digest"]) == (len(plan.fence), digest(plan.fence))
+        assert (r.data["rally_count"], r.data["rally_digest"]) == (len(plan.rally), digest(plan.rally))
+        assert r.detail == f"{len(plan.mission)} items, {len(plan.fence)} fence items, 1 rally item, read back and verified"
+        assert stored_items(v, FENCE) == item_keys(plan.fence)
+        assert stored_items(v, RALLY) == item_keys(plan.rally)
 
         await ready_to_fly(rig.fleet)
         for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {}), ("mission_start", {})):
@@ -74,3 +86,47 @@ async def test_upload_verify_and_fly_the_mission(provisioned: Client, nats_serve
     assert len(uploaded) == 1
     assert uploaded[0]["object"] == "missions/demo.plan"
     assert uploaded[0]["digest"] == plan.mission_digest and uploaded[0]["count"] == len(plan.mission)
+    assert uploaded[0]["fence_digest"] == digest(plan.fence) and uploaded[0]["fence_count"] == len(plan.fence)
+    assert uploaded[0]["rally_digest"] == digest(plan.rally) and uploaded[0]["rally_count"] == len(plan.rally)
+
+
+def item_keys(items: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """What identifies a fence or rally item on the vehicle (independent of the digest's canonical form)."""
+    return [(it.seq, it.frame, it.command, it.x, it.y, round(it.param1, 3), round(it.z, 3)) for it in items]
+
+
+def stored_items(v: SimVehicle, mission_type: int) -> list[tuple[Any, ...]]:
+    return item_keys(v.missions.items(mission_type))
+
+
+async def put_plan(nc: Client, name: str, doc: dict[str, Any]) -> None:
+    store = await nc.jetstream().object_store(BLOBS_BUCKET)
+    await store.put(name, json.dumps(doc).encode())
+
+
+async def test_plan_without_fence_keeps_the_vehicle_fence_and_a_refused_rally_is_rejected(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    demo = json.loads(PLAN.read_text())
+    plan = parse_plan(PLAN.read_bytes())
+    mission_only = {k: v for k, v in demo.items() if k not in ("geoFence", "rallyPoints")}
+    lat, lon, _alt = demo["rallyPoints"]["points"][0]
+    too_many_rally = {**mission_only, "rallyPoints": {"version": 2, "points": [[lat, lon, 30]] * 701}}
+    await put_plan(provisioned, "missions/demo.plan", demo)
+    await put_plan(provisioned, "missions/only.plan", mission_only)
+    await put_plan(provisioned, "missions/rally701.plan", too_many_rally)
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state") as rig:
+        v = rig.vehicle("VID-001")
+        assert (await rig.call("VID-001", "mission_upload", {"object": "missions/demo.plan"})).accepted
+        r = await rig.call("VID-001", "mission_upload", {"object": "missions/only.plan"})
+        assert r.accepted, r
+        assert (r.data["fence_count"], r.data["fence_digest"], r.data["rally_count"], r.data["rally_digest"]) == \
+            (0, None, 0, None)
+        assert r.detail == f"{len(plan.mission)} items, read back and verified"
+        # A plan without a geofence or rally points leaves the vehicle's alone.
+        assert stored_items(v, FENCE) == item_keys(plan.fence) and stored_items(v, RALLY) == item_keys(plan.rally)
+        # The vehicle refuses 701 rally points (no space): the command is rejected, naming the list.
+        r = await rig.call("VID-001", "mission_upload", {"object": "missions/rally701.plan"})
+        assert r.result == "rejected", r
+        assert r.detail == "mission_upload: rally rejected: MAV_MISSION_RESULT 4 (no_space)", r.detail
+        assert stored_items(v, RALLY) == item_keys(plan.rally)
