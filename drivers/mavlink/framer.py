@@ -7,7 +7,14 @@ of the buffer, checks the CRC with fastcrc in one call and, for messages with
 no array or string fields (the telemetry hot path: HEARTBEAT,
 GLOBAL_POSITION_INT, ATTITUDE, ...), unpacks and builds the same pymavlink
 message object directly. Everything else is handed to pymavlink's own
-`decode()`, so callers always get ordinary pymavlink messages.
+`decode()`.
+
+Flat messages come back as light objects (`LightMessage` subclasses generated
+per type, with `__slots__` and an `__init__` that takes the fields in wire
+order): the same attribute names as pymavlink's classes and the accessors the
+project uses (`get_type`, `get_srcSystem`, `get_srcComponent`, `get_seq`,
+`to_dict`), at a fraction of the construction cost. They are for reading;
+outgoing messages are built with pymavlink.
 """
 
 from __future__ import annotations
@@ -23,7 +30,69 @@ MAGIC_V2 = 0xFD
 MAGIC_V1 = 0xFE
 SIGNED = mavlink2.MAVLINK_IFLAG_SIGNED
 _crc = crc16.mcrf4xx
-_Header = mavlink2.MAVLink_header
+
+
+class LightHeader:
+    __slots__ = ("compat_flags", "incompat_flags", "mlen", "msgId", "seq", "srcComponent", "srcSystem")
+
+    def __init__(self, msgId: int, incompat_flags: int, compat_flags: int, mlen: int, seq: int,  # noqa: PLR0917
+                 srcSystem: int, srcComponent: int) -> None:
+        self.msgId = msgId
+        self.incompat_flags = incompat_flags
+        self.compat_flags = compat_flags
+        self.mlen = mlen
+        self.seq = seq
+        self.srcSystem = srcSystem
+        self.srcComponent = srcComponent
+
+
+class LightMessage:
+    """Base of the generated light message classes (see the module docstring)."""
+
+    __slots__ = ("_crc", "_header")
+    _type = "UNKNOWN"
+    _msgid = -1
+    fieldnames: tuple[str, ...] = ()
+    _header: LightHeader
+
+    def get_type(self) -> str:
+        return self._type
+
+    def get_msgId(self) -> int:
+        return self._msgid
+
+    def get_srcSystem(self) -> int:
+        return self._header.srcSystem
+
+    def get_srcComponent(self) -> int:
+        return self._header.srcComponent
+
+    def get_seq(self) -> int:
+        return self._header.seq
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"mavpackettype": self._type}
+        for name in self.fieldnames:
+            d[name] = getattr(self, name)
+        return d
+
+    def __repr__(self) -> str:
+        return f"{self._type} {self.to_dict()}"
+
+
+def _light_class(cls: Any) -> type[LightMessage]:
+    """A slotted class whose __init__(header, crc, *wire_values) assigns fields by name."""
+    wire_names = list(cls.ordered_fieldnames)
+    args = ", ".join(f"v{i}" for i in range(len(wire_names)))
+    body = "\n".join(f"    self.{name} = v{i}" for i, name in enumerate(wire_names)) or "    pass"
+    src = f"def __init__(self, _h, _c, {args}):\n    self._header = _h\n    self._crc = _c\n{body}\n"
+    namespace: dict[str, Any] = {}
+    exec(src, namespace)
+    return type(
+        f"Light_{cls.msgname}", (LightMessage,),
+        {"__slots__": tuple(wire_names), "__init__": namespace["__init__"], "_type": cls.msgname, "_msgid": cls.id,
+         "fieldnames": tuple(cls.fieldnames)},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +101,7 @@ class _MsgInfo:
     crc_extra: int
     unpack: Any
     size: int
-    order: tuple[int, ...] | None  # None: pymavlink decode() (arrays or strings)
+    light: Any  # None: pymavlink decode() (arrays or strings)
 
 
 def _build_table() -> dict[int, _MsgInfo]:
@@ -41,7 +110,7 @@ def _build_table() -> dict[int, _MsgInfo]:
         flat = sum(cls.lengths) == len(cls.lengths) and "s" not in cls.unpacker.format
         table[msgid] = _MsgInfo(
             cls=cls, crc_extra=cls.crc_extra, unpack=cls.unpacker.unpack, size=cls.unpacker.size,
-            order=tuple(cls.orders) if flat else None,
+            light=_light_class(cls) if flat else None,
         )
     return table
 
@@ -94,17 +163,15 @@ class Framer:
                     stats.crc_errors += 1
                     i += 1
                     continue
-                if info.order is not None:
+                light = info.light
+                if light is not None:
                     payload = buf[i + 10 : body_end]
                     if mlen < info.size:
                         payload = payload + bytes(info.size - mlen)  # MAVLink 2 trims trailing zeros
                     elif mlen > info.size:
                         payload = payload[: info.size]
-                    t = info.unpack(payload)
-                    m = info.cls(*[t[k] for k in info.order])
-                    m._header = _Header(msgid, incompat, buf[i + 3], mlen, buf[i + 4], buf[i + 5], buf[i + 6])
-                    m._crc = crc
-                    out.append(m)
+                    hdr = LightHeader(msgid, incompat, buf[i + 3], mlen, buf[i + 4], buf[i + 5], buf[i + 6])
+                    out.append(light(hdr, crc, *info.unpack(payload)))
                 else:
                     out.append(self._slow(buf[i:end]))
                 i = end
