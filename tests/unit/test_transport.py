@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import tty
 
 import pytest
@@ -111,3 +113,39 @@ async def test_tcp_refused_is_a_link_error_and_eof_is_detected() -> None:
     await t.aclose()
     server.close()
     await server.wait_closed()
+
+
+UVLOOP_SCRIPT = """
+import asyncio, uvloop
+from drivers.mavlink.codec import MavCodec
+from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.transport import Endpoint, open_transport
+
+async def main():
+    enc = MavCodec(src_system=1, src_component=1)
+    data = b"".join(enc.encode(mavlink2.MAVLink_attitude_message(i, 0, 0, 0, 0, 0, 0)) for i in range(3))
+    async def handler(r, w):
+        w.write(data)
+        await w.drain()
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    t = await open_transport(Endpoint.parse(f"tcp:127.0.0.1:{port}"), connect_timeout_s=2)
+    got = []
+    t.start_reading(got.append)
+    async with asyncio.timeout(3):
+        while sum(map(len, got)) < len(data):
+            await asyncio.sleep(0.01)
+    await t.aclose()
+    server.close()
+    print(len(MavCodec().feed(b"".join(got))))
+
+uvloop.run(main())
+"""
+
+
+def test_tcp_push_mode_on_uvloop() -> None:
+    """Edge hubs run on uvloop (--uvloop): the push-mode TCP transport must work there too."""
+    out = subprocess.run([sys.executable, "-c", UVLOOP_SCRIPT], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "3"
