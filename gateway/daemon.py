@@ -73,14 +73,17 @@ class Gateway:
             if dirty:
                 batch = list(dirty)
                 dirty.clear()
+                due: list[tuple[str, bytes, int]] = []
                 for twin in batch:
                     try:
-                        await twin.publish_fresh(now_ns)
+                        if twin.collect_due(now_ns, due):
+                            dirty.add(twin)
                     except Exception:  # one vehicle's bad state must not stop the others' publishing
                         twin.fresh.clear()
                         twin.report_error("publish")
-                    if twin.fresh:
-                        dirty.add(twin)
+                publish = self.publisher.publish_state
+                for subject, payload, recv in due:
+                    await publish(subject, payload, recv)
             if link_every_ns is not None and now_ns >= next_link_ns:
                 next_link_ns = max(next_link_ns + link_every_ns, now_ns)
                 for twin in twins:

@@ -47,6 +47,7 @@ class VehicleTwin:
         self._interval_ns = {ch: int(1e9 / hz) - slack_ns for ch, hz in cfg.rates_hz.items() if ch != "link"}
         self._last_pub_ns: dict[str, int] = {}  # per channel: earliest next publish (ns)
         self.fresh: set[str] = set()
+        self._next_due_ns = 0  # earliest time a fresh channel may go out; 0: check now
         self.on_fresh: Any = None  # set by the daemon: called with self when a channel gets a new sample
         self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
         self._lost_at_mono: float | None = None
@@ -71,6 +72,7 @@ class VehicleTwin:
                 self.recv_ns[ch] = recv_ns
             self.fresh |= model.updated
             model.updated.clear()
+            self._next_due_ns = 0  # a new sample may be due now
             if self.on_fresh is not None:
                 self.on_fresh(self)
         if model.events:
@@ -134,15 +136,23 @@ class VehicleTwin:
             "gateway": self.cfg.instance,
         }
 
-    async def publish_fresh(self, now_ns: int) -> None:
-        """Publish every channel with a new sample whose interval has passed."""
-        pub = self.publisher
+    def collect_due(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> bool:
+        """Append (subject, payload, receive time) for every fresh channel now due.
+
+        Synchronous and cheap when nothing is due, because the fleet ticker
+        calls it for every vehicle with a fresh sample on every tick. Returns
+        True while fresh samples remain (they go out on a later tick).
+        """
+        if now_ns < self._next_due_ns:
+            return True
         last = self._last_pub_ns
         model = self.model
-        for ch in list(self.fresh):
+        fresh = self.fresh
+        next_due = 1 << 62
+        for ch in list(fresh):
             interval = self._interval_ns.get(ch)
             if interval is None:
-                self.fresh.discard(ch)
+                fresh.discard(ch)
                 continue
             # `last` holds when the channel may next be published. It advances
             # on a fixed schedule (not from the publish time, whose tick
@@ -151,12 +161,21 @@ class VehicleTwin:
             # goes out on the next tick.
             due = last.get(ch, 0)
             if now_ns < due:
-                continue  # stays fresh: goes out on a later tick
-            self.fresh.discard(ch)
+                next_due = min(next_due, due)
+                continue
+            fresh.discard(ch)
             recv = self.recv_ns[ch]
             last[ch] = max(due + interval, recv + interval // 2)
-            payload = envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch])
-            await pub.publish_state(self._subjects[ch], payload, recv)
+            out.append((self._subjects[ch], envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch]), recv))
+        self._next_due_ns = next_due if fresh else 0
+        return bool(fresh)
+
+    async def publish_fresh(self, now_ns: int) -> None:
+        """Publish every channel with a new sample whose interval has passed."""
+        out: list[tuple[str, bytes, int]] = []
+        self.collect_due(now_ns, out)
+        for subject, payload, recv in out:
+            await self.publisher.publish_state(subject, payload, recv)
 
     async def publish_link(self, now_ns: int) -> None:
         if "link" in self._subjects:
