@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import os
 import resource
 import subprocess
@@ -28,6 +27,7 @@ import nats
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
+from gateway.benchkit import percentile, report, start_sim, stop_process
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.daemon import Gateway
 from gateway.demo import pick_base_port
@@ -40,13 +40,6 @@ SUBCOMMANDS = {
     "shadow": "gateway.bench_shadow",
     "replay": "analytics.bench",
 }
-
-
-def _pct(values: list[int], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] / 1e6  # ns -> ms
 
 
 def _rss_mib() -> float:
@@ -163,7 +156,8 @@ async def run_ingest(
             "state_msgs_per_s": round(pubs / wall, 1),
             "state_expected_per_s": round(expected / wall, 1),
             "sustained": pubs >= 0.95 * expected,
-            "latency_ms_p50": _pct(lat, 0.50), "latency_ms_p99": _pct(lat, 0.99),
+            "latency_ms_p50": percentile(lat, 0.50, scale=1e-6),
+            "latency_ms_p99": percentile(lat, 0.99, scale=1e-6),
             "gateway_cpu_pct": round(100 * cpu / wall, 1),
             "gateway_cpu_us_per_mavlink_msg": round(cpu / max(1, msgs) * 1e6, 2),
             "sim_cpu_pct": round(100 * simcpu / wall, 1),
@@ -200,25 +194,14 @@ def ingest_main(argv: list[str]) -> int:
     server.start()
     n = args.vehicles
     base = pick_base_port(n + 1, preferred=25760)
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "sim", "--vehicles", str(n + 1), "--base-port", str(base), "--speedup", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )
+    sim = start_sim(n + 1, base)
     try:
         res = anyio.run(run_ingest, args, server, sim, base, tmp.name, backend="asyncio", backend_options=backend_options)
     finally:
-        sim.terminate()
-        try:
-            sim.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        stop_process(sim)
         server.cleanup()
         tmp.cleanup()
-    out = args.json or Path(f"bench-ingest-{args.vehicles}.json")
-    out.write_text(json.dumps(res, indent=2))
-    for k, v in res.items():
-        print(f"{k:32} {v}")
-    print(f"wrote {out}")
+    report(res, args.json or Path(f"bench-ingest-{args.vehicles}.json"))
     return 0
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
+from gateway.benchkit import percentile, report, start_sim, stop_process
 from gateway.commands.client import CommandClient
 from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
@@ -48,19 +47,12 @@ from gateway.subjects import CMD_STREAM, cmd_filter, cmd_subject
 ENV = "bench"
 
 
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(q * len(s)))], 3)
-
-
 def summary(latencies_ms: list[float], count: int, wall_s: float) -> dict[str, Any]:
     return {
         "count": count,
         "per_s": round(count / wall_s, 1) if wall_s > 0 else None,
-        "p50_ms": pct(latencies_ms, 0.50),
-        "p99_ms": pct(latencies_ms, 0.99),
+        "p50_ms": percentile(latencies_ms, 0.50),
+        "p99_ms": percentile(latencies_ms, 0.99),
         "max_ms": round(max(latencies_ms), 3) if latencies_ms else None,
     }
 
@@ -216,23 +208,12 @@ def main(argv: list[str]) -> int:
     server.start()
     n = args.vehicles
     base = pick_base_port(n, preferred=26760)
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "sim", "--vehicles", str(n), "--base-port", str(base), "--speedup", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )
+    sim = start_sim(n, base)
     try:
         res = anyio.run(run, args, server, base, tmp.name, backend="asyncio")
     finally:
-        sim.terminate()
-        try:
-            sim.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        stop_process(sim)
         server.cleanup()
         tmp.cleanup()
-    out = args.json or Path(f"bench-commands-{n}.json")
-    out.write_text(json.dumps(res, indent=2))
-    for k, v in res.items():
-        print(f"{k:30} {v}")
-    print(f"wrote {out}")
+    report(res, args.json or Path(f"bench-commands-{n}.json"), width=30)
     return 0

@@ -26,6 +26,7 @@ import nats
 from drivers.mavlink.link import LinkConfig
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
+from gateway.benchkit import percentile, report
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.daemon import Gateway
 from gateway.natsconn import NatsOptions
@@ -36,13 +37,6 @@ from gateway.shadow.service import ShadowService
 from gateway.subjects import SHADOW_BUCKET, shadow_key
 
 ENV = "bench"
-
-
-def _pct_ms(values_s: list[float], q: float) -> float | None:
-    if not values_s:
-        return None
-    s = sorted(values_s)
-    return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
 
 
 async def bare_kv(url: str, ops: int) -> dict[str, Any]:
@@ -62,7 +56,7 @@ async def bare_kv(url: str, ops: int) -> dict[str, Any]:
     await nc.close()
     return {
         "ops": 2 * ops, "ops_per_s": round(2 * ops / wall, 1),
-        "put_get_rtt_ms_p50": _pct_ms(rtts, 0.5), "put_get_rtt_ms_p99": _pct_ms(rtts, 0.99),
+        "put_get_rtt_ms_p50": percentile(rtts, 0.5, scale=1000), "put_get_rtt_ms_p99": percentile(rtts, 0.99, scale=1000),
     }
 
 
@@ -152,8 +146,8 @@ async def run(args: argparse.Namespace, server: NatsServer, state_dir: Path) -> 
             gw_ops = (svc.store.ops if svc.store else 0) - ops0
             result.update({
                 "converged": len(latencies), "timeouts": timeouts, "duration_s": round(wall, 2),
-                "converge_ms_p50": _pct_ms(latencies, 0.5), "converge_ms_p99": _pct_ms(latencies, 0.99),
-                "converge_ms_max": _pct_ms(latencies, 1.0),
+                "converge_ms_p50": percentile(latencies, 0.5, scale=1000), "converge_ms_p99": percentile(latencies, 0.99, scale=1000),
+                "converge_ms_max": percentile(latencies, 1.0, scale=1000),
                 "kv_ops": gw_ops + client_ops, "kv_ops_per_s": round((gw_ops + client_ops) / wall, 1),
                 "gateway_kv_ops_per_convergence": round(gw_ops / max(1, len(latencies)), 2),
                 "reported_conflicts": sum(rc.writer.conflicts for rc in svc.reconcilers.values()),
@@ -192,9 +186,5 @@ def main(argv: list[str]) -> int:
             res = anyio.run(run, args, server, Path(tmp) / "state", backend="asyncio")
         finally:
             server.cleanup()
-    out = args.json or Path(f"bench-shadow-{args.vehicles}.json")
-    out.write_text(json.dumps(res, indent=2))
-    for k, v in res.items():
-        print(f"{k:36} {v}")
-    print(f"wrote {out}")
+    report(res, args.json or Path(f"bench-shadow-{args.vehicles}.json"), width=36)
     return 0 if res.get("timeouts", 1) == 0 else 1

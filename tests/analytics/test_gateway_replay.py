@@ -22,7 +22,7 @@ from tests.analytics.support import read
 async def _fly_with_battery_failsafe(url: str, state_dir: Path) -> None:
     from drivers.mavlink.dialect import mavlink2 as m
     from sim.fleet import SimConfig, SimFleet
-    from tests.gateway.conftest import gateway_config, running_gateway, wait_for, wait_for_async
+    from tests.support import gateway_config, running_gateway, wait_for, wait_for_async
 
     nc = await nats.connect(url)
     try:

@@ -22,7 +22,7 @@ from gateway.daemon import Gateway
 from gateway.subjects import event_filter
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
-from tests.gateway.conftest import ENV, collect_events, gateway_config, wait_for
+from tests.support import ENV, collect_events, gateway_config, running, wait_for
 
 # Fast but realistic: short ACK timeout, quick redelivery, no BackOff list unless a test wants one.
 TEST_COMMANDS = CommandConfig(
@@ -85,24 +85,10 @@ async def command_rig(
         gw.extensions.append(service)
         if configure is not None:
             configure(gw)
-        async with running_gateway_with(gw), CommandClient(nc, ENV, issuer="pytest") as client:
+        async with running(gw), CommandClient(nc, ENV, issuer="pytest") as client:
             await wait_for(lambda: len(service.loops) == len(fleet.vehicles) and
                            all(loop.binds for loop in service.loops.values()), timeout_s=20)
             yield Rig(fleet=fleet, gw=gw, service=service, client=client, nc=nc)
-
-
-@asynccontextmanager
-async def running_gateway_with(gw: Gateway) -> AsyncIterator[Gateway]:
-    import anyio
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(gw.run)
-        with anyio.fail_after(30):
-            await gw.ready.wait()
-        try:
-            yield gw
-        finally:
-            gw.request_stop("test done")
 
 
 @asynccontextmanager

@@ -20,7 +20,7 @@ from gateway.subjects import BLOBS_BUCKET
 from sim.fleet import SimConfig
 from sim.vehicle import SimVehicle
 from tests.commands.conftest import ENV, command_rig, ready_to_fly
-from tests.gateway.conftest import collect_events
+from tests.support import collect_events
 
 PLAN = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"
 

@@ -47,8 +47,8 @@ from gateway.subjects import (
 from gateway.telemetry import Event
 from sim.fleet import SimConfig, SimFleet
 from tests.commands.conftest import TEST_COMMANDS
-from tests.gateway.conftest import gateway_config, wait_for
 from tests.shadow.conftest import FAST as FAST_SHADOW
+from tests.support import gateway_config, wait_for
 
 from .conftest import NatsCluster
 from .test_cluster import provision_cluster, retrying

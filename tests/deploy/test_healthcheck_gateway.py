@@ -20,7 +20,7 @@ from nats.aio.client import Client
 
 from gateway.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
-from tests.gateway.conftest import gateway_config, running_gateway
+from tests.support import gateway_config, running_gateway
 
 from .test_container import HEALTHCHECK, final_stage
 

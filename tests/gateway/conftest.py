@@ -2,112 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
-import anyio
 import pytest
-from nats.aio.client import Client
-from nats.js import api as jsapi
+
 from sim.fleet import SimConfig, SimFleet
-
-from drivers.mavlink.link import LinkConfig
-from drivers.mavlink.transport import Endpoint
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.daemon import Gateway
-from gateway.envelope import unpack
-from gateway.natsconn import NatsOptions
-from gateway.natsserver import NatsServer
-
-ENV = "test"
-
-
-async def wait_for(pred: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05) -> Any:
-    """Poll `pred` until it returns something truthy; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(interval_s)
-
-
-async def wait_for_async(pred: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, interval_s: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(interval_s)
-
-
-def gateway_config(url: str, endpoints: list[str], state_dir: Path, **kw: Any) -> GatewayConfig:
-    return GatewayConfig(
-        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:03d}", endpoint=Endpoint.parse(ep)) for i, ep in enumerate(endpoints)),
-        nats=NatsOptions(servers=(url,), connect_timeout_s=1.0),
-        env=ENV, instance="test-gw", state_dir=state_dir,
-        link=kw.pop("link", LinkConfig(heartbeat_timeout_s=2.0, backoff_initial_s=0.1, backoff_max_s=0.5,
-                                       stream_check_interval_s=0.5, stream_stale_s=2.0)),
-        startup_timeout_s=10.0, nats_backoff_initial_s=0.2, nats_backoff_max_s=1.0,
-        **kw,
-    )
-
-
-@asynccontextmanager
-async def running_gateway(cfg: GatewayConfig) -> AsyncIterator[Gateway]:
-    gw = Gateway(cfg)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(gw.run)
-        with anyio.fail_after(30):
-            await gw.ready.wait()
-        try:
-            yield gw
-        finally:
-            gw.request_stop("test done")
 
 
 @pytest.fixture
 async def fleet3() -> AsyncIterator[SimFleet]:
     async with SimFleet(SimConfig(vehicles=3, base_port=0, speedup=4.0)) as fleet:
         yield fleet
-
-
-async def collect_events(nc: Client, subject: str = f"fleet.{ENV}.veh.*.evt.>") -> list[tuple[str, str, dict[str, Any], str]]:
-    """Every stored event: (vid, type, data, msg_id)."""
-    js = nc.jetstream()
-    out: list[tuple[str, str, dict[str, Any], str]] = []
-    try:
-        info = await js.stream_info("TWIN_EVENTS", subjects_filter=subject)
-    except Exception:
-        return out
-    total = info.state.messages
-    if not total:
-        return out
-    sub = await js.subscribe(subject, ordered_consumer=True, config=jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.ALL))
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=1.0)
-            except Exception:
-                break
-            env = unpack(msg.data)
-            parts = msg.subject.split(".")
-            out.append((parts[3], parts[5], env.data, (msg.headers or {}).get("Nats-Msg-Id", "")))
-            if msg.metadata.num_pending == 0:
-                break
-    finally:
-        await sub.unsubscribe()
-    return out
-
-
-@pytest.fixture
-def server(nats_server: NatsServer) -> NatsServer:
-    return nats_server

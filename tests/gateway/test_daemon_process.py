@@ -13,10 +13,10 @@ from typing import BinaryIO
 
 import nats
 from nats.aio.client import Client
-from sim.fleet import SimConfig, SimFleet
 
 from gateway.natsserver import NatsServer
-from tests.gateway.conftest import ENV, collect_events, wait_for_async
+from sim.fleet import SimConfig, SimFleet
+from tests.support import ENV, collect_events, wait_for_async
 
 
 def _open_log(path: Path) -> BinaryIO:

@@ -16,7 +16,7 @@ from gateway.natsserver import NatsServer
 from gateway.ops.read import current_state
 from gateway.telemetry import VehicleModel
 from sim.fleet import SimConfig, SimFleet
-from tests.gateway.conftest import (
+from tests.support import (
     ENV,
     collect_events,
     gateway_config,

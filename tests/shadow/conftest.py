@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,54 +18,15 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from drivers.mavlink.link import LinkConfig
-from drivers.mavlink.transport import Endpoint
-from gateway.config import GatewayConfig, VehicleConfig
 from gateway.daemon import Gateway
-from gateway.natsconn import NatsOptions
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.service import ShadowService
 from gateway.subjects import SHADOW_BUCKET, shadow_key
 from sim.fleet import SimConfig, SimFleet
-
-ENV = "test"
+from tests.support import ENV, gateway_config, wait_for, wait_for_async  # noqa: F401 (re-exported)
 
 FAST = ShadowConfig(verify_interval_s=3.0, retry_initial_s=0.3, retry_max_s=2.0, resync_interval_s=2.0, tick_s=0.2, confirm_s=3.0,
                     request_timeout_s=1.0)
-
-
-async def wait_for(pred: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(interval_s)
-
-
-async def wait_for_async(pred: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        last = await pred()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s (last: {last!r})")
-        await asyncio.sleep(interval_s)
-
-
-def gateway_config(url: str, endpoints: list[str], state_dir: Path) -> GatewayConfig:
-    return GatewayConfig(
-        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:03d}", endpoint=Endpoint.parse(ep)) for i, ep in enumerate(endpoints)),
-        nats=NatsOptions(servers=(url,), connect_timeout_s=1.0),
-        env=ENV, instance="test-gw", state_dir=state_dir,
-        link=LinkConfig(heartbeat_timeout_s=2.0, backoff_initial_s=0.1, backoff_max_s=0.5,
-                        stream_check_interval_s=0.5, stream_stale_s=2.0),
-        startup_timeout_s=10.0, nats_backoff_initial_s=0.2, nats_backoff_max_s=1.0,
-    )
 
 
 @dataclass
