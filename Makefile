@@ -24,7 +24,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check gateway drivers sim analytics tests
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway drivers sim analytics tests
