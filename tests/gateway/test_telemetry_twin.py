@@ -231,3 +231,18 @@ async def test_px4_flavour_and_a_crashing_vehicle_task(provisioned: Client, nats
             await wait_for(lambda: boom["n"] > 10 and b.link.codec.stats.messages_in > n_b + 10, 20)
             assert a.link.is_up and b.link.is_up
             assert gw.metrics.errors.labels(where="telemetry")._value.get() > 0
+
+
+async def test_streams_fall_back_to_request_data_stream(provisioned: Client, nats_server: NatsServer,
+                                                        tmp_path: Path) -> None:
+    """An autopilot that refuses SET_MESSAGE_INTERVAL still gets its streams, through REQUEST_DATA_STREAM."""
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=2.0)) as fleet:
+        v = fleet.vehicles[0]
+        v.reject_next(m.MAV_CMD_SET_MESSAGE_INTERVAL, m.MAV_RESULT_UNSUPPORTED, count=100)
+        cfg = gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state")
+        async with running_gateway(cfg) as gw:
+            twin = gw.twins["VID-001"]
+            await wait_for(lambda: twin.link.codec.stats.by_type.get("GLOBAL_POSITION_INT", 0) > 20, 20)
+            assert twin.link._interval_supported is False
+            assert any(e.command == m.MAV_CMD_SET_MESSAGE_INTERVAL and not e.executed for e in v.executions)
+            await wait_for(lambda: "position" in twin.model.channels and "attitude" in twin.model.channels, 10)
