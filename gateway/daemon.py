@@ -179,10 +179,16 @@ async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = Tru
     gw = with_services(Gateway(cfg), commands=commands, shadow=shadow)
 
     async def on_signals() -> None:
+        # Keep receiving for the whole run: a second SIGTERM during shutdown
+        # (Ctrl-C reaches the whole process group, then a supervisor's
+        # SIGTERM follows) must not kill the drain half way.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for sig in signals:
-                gw.request_stop(signal.Signals(sig).name)
-                return
+                name = signal.Signals(sig).name
+                if gw.stopping.is_set():
+                    log.info("already_stopping", signal=name)
+                else:
+                    gw.request_stop(name)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(on_signals, name="gateway.signals")

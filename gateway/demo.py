@@ -92,6 +92,12 @@ async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands
 def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
     if proc is None or proc.poll() is not None:
         return
+    try:
+        # After Ctrl-C the children got SIGINT too and are already shutting down.
+        proc.wait(timeout=2)
+        return
+    except subprocess.TimeoutExpired:
+        pass
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=10)

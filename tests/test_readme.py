@@ -107,3 +107,31 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     # Nothing left running from this demo.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     assert str(tmp_path / "demo") not in ps
+
+
+def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the demo and its children all stop cleanly."""
+    out_path = tmp_path / "demo.out"
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "demo", "--vehicles", "2", "--speedup", "4",
+             "--dir", str(tmp_path / "demo"), "--no-clear"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "cmd_result" not in out_path.read_text(errors="replace"):
+            assert proc.poll() is None, out_path.read_text()[-2000:]
+            assert time.monotonic() < deadline, "demo showed no command result within 60 s"
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = out_path.read_text(errors="replace")
+    assert rc == 0, text[-2000:]
+    assert "demo stopped" in text
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert str(tmp_path / "demo") not in ps
