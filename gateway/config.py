@@ -29,9 +29,14 @@ DEFAULT_RATES_HZ: dict[str, float] = {
 class VehicleConfig:
     vid: str
     endpoint: Endpoint
+    # MAVLink system id. Required when vehicles share one udp: port (an edge
+    # hub receiving a fleet on 14550): the gateway tells them apart by it.
+    sysid: int | None = None
 
     def __post_init__(self) -> None:
         check_token("vehicles.vid", self.vid)
+        if self.sysid is not None and not 1 <= self.sysid <= 255:
+            raise ConfigError("vehicles.sysid", f"{self.sysid} is not a MAVLink system id (1..255)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,10 +107,21 @@ class GatewayConfig:
         if not self.vehicles:
             raise ConfigError("vehicles", "at least one vehicle is required (--vehicle VID=ENDPOINT)")
         seen: set[str] = set()
+        by_endpoint: dict[str, list[VehicleConfig]] = {}
         for v in self.vehicles:
             if v.vid in seen:
                 raise ConfigError("vehicles.vid", f"{v.vid} is listed twice")
             seen.add(v.vid)
+            by_endpoint.setdefault(str(v.endpoint), []).append(v)
+        for ep, group in by_endpoint.items():
+            if len(group) < 2:
+                continue
+            if group[0].endpoint.scheme != "udp":
+                raise ConfigError("vehicles.endpoint", f"{ep} is used by {len(group)} vehicles; only a udp: "
+                                  "listen port can be shared (told apart by sysid)")
+            sysids = [v.sysid for v in group]
+            if None in sysids or len(set(sysids)) != len(sysids):
+                raise ConfigError("vehicles.sysid", f"vehicles sharing {ep} need distinct sysids, got {sysids}")
         for ch, hz in self.rates_hz.items():
             if ch not in STATE_CHANNELS:
                 raise ConfigError(f"rates.{ch}", f"unknown state channel (known: {', '.join(STATE_CHANNELS)})")
@@ -150,11 +166,18 @@ def _typed(key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
 
 
 def parse_vehicle(spec: str) -> VehicleConfig:
-    """`VID=ENDPOINT` from the command line."""
-    vid, sep, ep = spec.partition("=")
+    """`VID=ENDPOINT[?sysid=N]` from the command line."""
+    vid, sep, rest = spec.partition("=")
     if not sep:
         raise ConfigError("--vehicle", f"{spec!r}: expected VID=ENDPOINT, e.g. VID-001=tcp:127.0.0.1:5760")
-    return VehicleConfig(vid=vid.strip(), endpoint=Endpoint.parse(ep.strip()))
+    ep, _, query = rest.partition("?")
+    sysid = None
+    if query:
+        key, _, value = query.partition("=")
+        if key != "sysid" or not value.isdigit():
+            raise ConfigError("--vehicle", f"{spec!r}: the only option is ?sysid=N")
+        sysid = int(value)
+    return VehicleConfig(vid=vid.strip(), endpoint=Endpoint.parse(ep.strip()), sysid=sysid)
 
 
 def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
@@ -180,12 +203,13 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     for i, v in enumerate(_typed("vehicles", raw.get("vehicles", []), list)):
         key = f"vehicles[{i}]"
         _typed(key, v, dict)
-        _check_keys(key, v, {"vid", "endpoint"})
+        _check_keys(key, v, {"vid", "endpoint", "sysid"})
         if "vid" not in v or "endpoint" not in v:
             raise ConfigError(key, "needs both vid and endpoint")
         try:
             vehicles.append(VehicleConfig(vid=_typed(f"{key}.vid", v["vid"], str),
-                                          endpoint=Endpoint.parse(_typed(f"{key}.endpoint", v["endpoint"], str))))
+                                          endpoint=Endpoint.parse(_typed(f"{key}.endpoint", v["endpoint"], str)),
+                                          sysid=_typed(f"{key}.sysid", v["sysid"], int) if "sysid" in v else None))
         except ConfigError as exc:
             raise ConfigError(f"{key}.{exc.key.split('.')[-1]}", exc.reason) from exc
 

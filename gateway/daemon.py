@@ -26,6 +26,7 @@ from anyio.abc import TaskGroup
 
 from drivers.errors import ConfigError, MavjetError
 from drivers.mavlink.dialect import fastcrc_available
+from drivers.mavlink.udphub import UdpHub
 from gateway import logs, natsconn
 from gateway.config import GatewayConfig, build_config, parse_vehicle
 from gateway.metrics import GatewayMetrics
@@ -44,7 +45,18 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.spool = Spool(cfg.state_dir / "spool.sqlite", max_entries=cfg.spool_max_events)
         self.publisher = Publisher(cfg, self.spool, self.metrics)
-        self.twins = {v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics) for v in cfg.vehicles}
+        # Vehicles that share a udp: port get one hub socket, demultiplexed by sysid.
+        shared: dict[str, int] = {}
+        for v in cfg.vehicles:
+            shared[str(v.endpoint)] = shared.get(str(v.endpoint), 0) + 1
+        self.hubs: dict[str, UdpHub] = {
+            ep: UdpHub(v.endpoint) for v in cfg.vehicles
+            if shared[(ep := str(v.endpoint))] > 1 or (v.sysid is not None and v.endpoint.scheme == "udp")
+        }
+        self.twins = {
+            v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics, hub=self.hubs.get(str(v.endpoint)))
+            for v in cfg.vehicles
+        }
         self.metrics.watch_links(lambda: [t.link for t in self.twins.values()])
         self.metrics_port: int | None = None
         self.ready = anyio.Event()
@@ -149,6 +161,8 @@ class Gateway:
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(root)
         finally:
+            for hub in self.hubs.values():
+                hub.close()
             self.spool.close()
 
     async def _shutdown(self, root: TaskGroup) -> None:

@@ -19,6 +19,8 @@ from anyio.abc import TaskStatus
 
 from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.link import LinkState, MavlinkLink
+from drivers.mavlink.transport import Transport
+from drivers.mavlink.udphub import UdpHub
 from gateway import envelope
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.metrics import GatewayMetrics
@@ -30,15 +32,24 @@ log = structlog.get_logger("mavjet.vehicle")
 
 
 class VehicleTwin:
-    def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics) -> None:
+    def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
+                 *, hub: UdpHub | None = None) -> None:
         self.vid = vcfg.vid
         self.cfg = cfg
         self.publisher = publisher
         self.metrics = metrics
         self.model = VehicleModel(vid=vcfg.vid)
+        factory = None
+        if hub is not None and vcfg.sysid is not None:
+            sysid = vcfg.sysid
+
+            async def factory() -> Transport:
+                return hub.port_for(sysid)
+
         self.link = MavlinkLink(
             name=vcfg.vid, endpoint=vcfg.endpoint, config=cfg.link,
             on_messages=self.on_messages, on_state=self.on_link_state,
+            transport_factory=factory, expected_sysid=vcfg.sysid,
         )
         self.recv_ns: dict[str, int] = {}
         # Half a tick of slack: a sample due "almost now" goes out on this tick

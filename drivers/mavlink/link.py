@@ -11,7 +11,7 @@ listeners (protocol runners).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -113,18 +113,23 @@ class MavlinkLink:
         on_messages: OnMessages,
         on_state: OnState | None = None,
         src_system: int = GATEWAY_SYSTEM_ID,
+        transport_factory: Callable[[], Awaitable[Transport]] | None = None,
+        expected_sysid: int | None = None,
     ) -> None:
         self.name = name
         self.endpoint = endpoint
         self.config = config
         self.codec = MavCodec(src_system=src_system, src_component=GATEWAY_COMPONENT_ID)
+        # A shared port (drivers/mavlink/udphub.py) supplies its own transport,
+        # and the vehicle's system id is known in advance.
+        self.transport_factory = transport_factory
         self.stats = LinkStats()
         self.state = LinkState.CONNECTING
         self._on_messages = on_messages
         self._on_state = on_state
         self._transport: Transport | None = None
         self._listeners: set[MemoryObjectSendStream[MavMessage]] = set()
-        self._target_system = 0
+        self._target_system = expected_sysid or 0
         self._target_component = 1
         self.last_heartbeat_mono = 0.0
         self._last_seen_mono: dict[str, float] = {}
@@ -225,7 +230,10 @@ class MavlinkLink:
         started = False
         while True:
             try:
-                transport = await open_transport(self.endpoint, connect_timeout_s=self.config.connect_timeout_s)
+                if self.transport_factory is not None:
+                    transport = await self.transport_factory()
+                else:
+                    transport = await open_transport(self.endpoint, connect_timeout_s=self.config.connect_timeout_s)
             except LinkError as exc:
                 self._set_state(LinkState.DOWN)
                 if not started:
