@@ -52,10 +52,10 @@ class VehicleTwin:
             transport_factory=factory, expected_sysid=vcfg.sysid,
         )
         self.recv_ns: dict[str, int] = {}
-        # Half a tick of slack: a sample due "almost now" goes out on this tick
-        # rather than one tick late, which would lower the effective rate.
-        slack_ns = int(cfg.publish_tick_s * 1e9 / 2)
-        self._interval_ns = {ch: int(1e9 / hz) - slack_ns for ch, hz in cfg.rates_hz.items() if ch != "link"}
+        # The full interval: publish times follow a fixed schedule (see
+        # collect_due), so tick jitter does not lower the rate and the
+        # configured rate is a true upper bound.
+        self._interval_ns = {ch: int(1e9 / hz) for ch, hz in cfg.rates_hz.items() if ch != "link"}
         self._last_pub_ns: dict[str, int] = {}  # per channel: earliest next publish (ns)
         self.fresh: set[str] = set()
         self._next_due_ns = 0  # earliest time a fresh channel may go out; 0: check now
