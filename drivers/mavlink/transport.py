@@ -66,14 +66,61 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
+class Inbox:
+    """Bytes arriving in a callback, handed to a sink (push mode) or queued for `recv()`.
+
+    Shared by the TCP protocol and the UDP hub's per-vehicle ports: until the
+    link calls `start_reading`, bytes wait here; after it, they go straight
+    from the event loop's callback into the codec.
+    """
+
+    def __init__(self) -> None:
+        self.sink: Callable[[bytes], None] | None = None
+        self.queue: list[bytes] = []
+        self.readable = asyncio.Event()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def deliver(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink(data)
+        else:
+            self.queue.append(data)
+            self.readable.set()
+
+    def start_reading(self, sink: Callable[[bytes], None]) -> None:
+        for chunk in self.queue:
+            sink(chunk)
+        self.queue.clear()
+        self.sink = sink
+
+    def close(self) -> None:
+        self.sink = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.readable.set()
+
+    async def recv(self, where: str) -> bytes:
+        while not self.queue:
+            if self.closed.done():
+                raise LinkError(where, "connection closed")
+            self.readable.clear()
+            await self.readable.wait()
+        data = b"".join(self.queue)
+        self.queue.clear()
+        return data
+
+    async def wait_closed(self, where: str) -> None:
+        """Wait until closed, then raise LinkError."""
+        await asyncio.shield(self.closed)
+        raise LinkError(where, "connection closed")
+
+
 class _TcpProtocol(asyncio.Protocol):
     """Delivers bytes from the selector callback itself: no task wake-up per read."""
 
     def __init__(self) -> None:
-        self.sink: Callable[[bytes], None] | None = None
-        self.buffer: list[bytes] = []
-        self.readable = asyncio.Event()
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.inbox = Inbox()
         self.can_write = asyncio.Event()
         self.can_write.set()
         self.transport: asyncio.Transport | None = None
@@ -83,20 +130,13 @@ class _TcpProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        sink = self.sink
-        if sink is not None:
-            sink(data)
-        else:
-            self.buffer.append(data)
-            self.readable.set()
+        self.inbox.deliver(data)
 
     def eof_received(self) -> bool:
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-        self.readable.set()
+        self.inbox.close()
         self.can_write.set()
 
     def pause_writing(self) -> None:
@@ -113,31 +153,20 @@ class TcpTransport:
         self.endpoint = endpoint
         self._transport = transport
         self._protocol = protocol
+        self._inbox = protocol.inbox
 
     def start_reading(self, sink: Callable[[bytes], None]) -> None:
-        for chunk in self._protocol.buffer:
-            sink(chunk)
-        self._protocol.buffer.clear()
-        self._protocol.sink = sink
+        self._inbox.start_reading(sink)
 
     async def wait_closed(self) -> None:
         """Wait until the peer closes the connection, then raise LinkError."""
-        await asyncio.shield(self._protocol.closed)
-        raise LinkError(str(self.endpoint), "connection closed by peer")
+        await self._inbox.wait_closed(str(self.endpoint))
 
     async def recv(self) -> bytes:
-        proto = self._protocol
-        while not proto.buffer:
-            if proto.closed.done():
-                raise LinkError(str(self.endpoint), "connection closed by peer")
-            proto.readable.clear()
-            await proto.readable.wait()
-        data = b"".join(proto.buffer)
-        proto.buffer.clear()
-        return data
+        return await self._inbox.recv(str(self.endpoint))
 
     async def send(self, data: bytes) -> None:
-        if self._transport.is_closing() or self._protocol.closed.done():
+        if self._transport.is_closing() or self._inbox.closed.done():
             raise LinkError(str(self.endpoint), "connection is closed")
         try:
             self._transport.write(data)
@@ -148,10 +177,10 @@ class TcpTransport:
 
     async def aclose(self) -> None:
         self._transport.close()
-        if not self._protocol.closed.done():
+        if not self._inbox.closed.done():
             try:
                 async with asyncio.timeout(2.0):
-                    await asyncio.shield(self._protocol.closed)
+                    await asyncio.shield(self._inbox.closed)
             except TimeoutError:
                 self._transport.abort()
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drivers.errors import LinkError
-from drivers.mavlink.transport import MAX_DRAIN_DATAGRAMS, READ_SIZE, Endpoint
+from drivers.mavlink.transport import MAX_DRAIN_DATAGRAMS, READ_SIZE, Endpoint, Inbox
 
 
 def sysid_of(datagram: bytes) -> int | None:
@@ -42,45 +42,24 @@ class HubPort:
         self.endpoint = Endpoint(scheme="udp", host=hub.endpoint.host, port=hub.endpoint.port)
         self._hub = hub
         self._sysid = sysid
-        self._sink: Callable[[bytes], None] | None = None
-        self._queue: list[bytes] = []
-        self._readable = asyncio.Event()
-        self._closed = asyncio.Event()
-
-    def deliver(self, datagram: bytes) -> None:
-        if self._sink is not None:
-            self._sink(datagram)
-        else:
-            self._queue.append(datagram)
-            self._readable.set()
+        self._inbox = Inbox()
+        self.deliver = self._inbox.deliver
 
     def start_reading(self, sink: Callable[[bytes], None]) -> None:
-        for d in self._queue:
-            sink(d)
-        self._queue.clear()
-        self._sink = sink
+        self._inbox.start_reading(sink)
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
-        raise LinkError(str(self.endpoint), f"shared port closed for sysid {self._sysid}")
+        await self._inbox.wait_closed(f"{self.endpoint} sysid {self._sysid}")
 
     async def recv(self) -> bytes:
-        while not self._queue:
-            if self._closed.is_set():
-                raise LinkError(str(self.endpoint), "shared port closed")
-            self._readable.clear()
-            await self._readable.wait()
-        data = b"".join(self._queue)
-        self._queue.clear()
-        return data
+        return await self._inbox.recv(f"{self.endpoint} sysid {self._sysid}")
 
     async def send(self, data: bytes) -> None:
         await self._hub.send_to(self._sysid, data)
 
     async def aclose(self) -> None:
         # The socket belongs to the hub; this vehicle just stops listening.
-        self._sink = None
-        self._closed.set()
+        self._inbox.close()
         self._hub.detach(self._sysid, self)
 
 
