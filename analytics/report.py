@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def _legend(series: Iterable[str], *, x: float, y: float, gap: float) -> list[str]:
+    """Colour swatch + name for each series, left to right from (x, y)."""
+    out = []
+    for k, name in enumerate(series):
+        out.append(
+            f'<rect x="{x}" y="{y}" width="10" height="10" fill="{PALETTE[k % len(PALETTE)]}"/>'
+            f'<text x="{x + 14}" y="{y + 9}" font-size="11">{_e(name)}</text>'
+        )
+        x += gap + 8 * len(name)
+    return out
 
 
 def _e(v: Any) -> str:
@@ -92,13 +104,7 @@ def stacked_columns(
         parts.append(
             f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="middle" font-size="10">{_e(days[i])}</text>'
         )
-    lx = left
-    for k, name in enumerate(series):
-        parts.append(
-            f'<rect x="{lx}" y="{height + 4}" width="10" height="10" fill="{PALETTE[k % len(PALETTE)]}"/>'
-            f'<text x="{lx + 14}" y="{height + 13}" font-size="11">{_e(name)}</text>'
-        )
-        lx += 20 + 8 * len(name)
+    parts.extend(_legend(series, x=left, y=height + 4, gap=20))
     parts.append("</svg>")
     return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
 
@@ -140,13 +146,7 @@ def grouped_log_bars(
                 f"<title>{_e(name)} {_e(sname)}: {_num(v)} {_e(unit)}</title></rect>"
                 f'<text x="{label_w + w + 3:.1f}" y="{y + bar_h - 1}" font-size="9">{_num(v)}</text>'
             )
-    lx = label_w
-    for k, sname in enumerate(series):
-        parts.append(
-            f'<rect x="{lx}" y="{h - 10}" width="10" height="10" fill="{PALETTE[k % len(PALETTE)]}"/>'
-            f'<text x="{lx + 14}" y="{h - 1}" font-size="11">{_e(sname)}</text>'
-        )
-        lx += 30 + 8 * len(sname)
+    parts.extend(_legend(series, x=label_w, y=h - 10, gap=30))
     parts.append("</svg>")
     return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
 
