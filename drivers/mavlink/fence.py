@@ -16,7 +16,7 @@ Document (JSON, all fields optional except at least one zone or max_alt_m):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,22 @@ def _inclusion(obj: Mapping[str, Any], path: str) -> bool:
     return inc
 
 
+def _objects(doc: Mapping[str, Any], key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """`doc[key]` as (path, object) pairs, each checked to be an object inside a list.
+
+    A generator, so each item is checked just before the caller validates it:
+    the first error in document order is the one reported.
+    """
+    raw_list = doc.get(key, [])
+    if not isinstance(raw_list, list):
+        raise GeofenceError(f"geofence.{key}", "expected a list")
+    for i, raw in enumerate(raw_list):
+        path = f"geofence.{key}[{i}]"
+        if not isinstance(raw, Mapping):
+            raise GeofenceError(path, "expected an object")
+        yield path, raw
+
+
 def geofence_from_dict(doc: Any) -> Geofence:
     """Validate and convert `desired.geofence`; raises GeofenceError with the field's path."""
     if not isinstance(doc, Mapping):
@@ -148,13 +164,7 @@ def geofence_from_dict(doc: Any) -> Geofence:
     if unknown:
         raise GeofenceError("geofence", f"unknown fields {sorted(unknown)}")
     polygons: list[Polygon] = []
-    raw_polys = doc.get("polygons", [])
-    if not isinstance(raw_polys, list):
-        raise GeofenceError("geofence.polygons", "expected a list")
-    for i, raw in enumerate(raw_polys):
-        path = f"geofence.polygons[{i}]"
-        if not isinstance(raw, Mapping):
-            raise GeofenceError(path, "expected an object")
+    for path, raw in _objects(doc, "polygons"):
         pts = raw.get("points")
         if not isinstance(pts, list) or len(pts) < 3:
             raise GeofenceError(f"{path}.points", "a polygon needs at least 3 [lat, lon] points")
@@ -165,13 +175,7 @@ def geofence_from_dict(doc: Any) -> Geofence:
             )
         )
     circles: list[Circle] = []
-    raw_circles = doc.get("circles", [])
-    if not isinstance(raw_circles, list):
-        raise GeofenceError("geofence.circles", "expected a list")
-    for i, raw in enumerate(raw_circles):
-        path = f"geofence.circles[{i}]"
-        if not isinstance(raw, Mapping):
-            raise GeofenceError(path, "expected an object")
+    for path, raw in _objects(doc, "circles"):
         radius = raw.get("radius_m")
         if isinstance(radius, bool) or not isinstance(radius, int | float) or not (0 < radius < 1e6):
             raise GeofenceError(f"{path}.radius_m", f"must be a positive number of metres, got {radius!r}")
