@@ -2,7 +2,7 @@
 
 The link calls `on_messages` synchronously for every batch it decodes; that
 is the hot path (model update, event hand-off). State publishing happens on
-the daemon's shared ticker: `publish_fresh` sends channels with a new sample
+the daemon's shared ticker: `collect_due` gathers channels with a new sample
 whose rate interval has passed (PERFORMANCE.md: decimate, never forward every
 MAVLink message), `publish_link` sends the gateway-computed link channel.
 A fresh sample waits at most one tick, so decimation adds little latency.
@@ -180,13 +180,6 @@ class VehicleTwin:
             out.append((self._subjects[ch], envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch]), recv))
         self._next_due_ns = next_due if fresh else 0
         return bool(fresh)
-
-    async def publish_fresh(self, now_ns: int) -> None:
-        """Publish every channel with a new sample whose interval has passed."""
-        out: list[tuple[str, bytes, int]] = []
-        self.collect_due(now_ns, out)
-        for subject, payload, recv in out:
-            await self.publisher.publish_state(subject, payload, recv)
 
     async def publish_link(self, now_ns: int) -> None:
         if "link" in self._subjects:

@@ -38,10 +38,9 @@ class MavCodec:
     """Decode MAVLink 2 (and 1) frames from a byte stream; encode outgoing messages."""
 
     def __init__(self, *, src_system: int = GATEWAY_SYSTEM_ID, src_component: int = GATEWAY_COMPONENT_ID) -> None:
+        # pymavlink's object frames what we send and decodes, for the framer,
+        # the messages its fast path does not cover.
         self._mav = mavlink2.MAVLink(None, srcSystem=src_system, srcComponent=src_component)
-        # Robust parsing: a bad frame becomes MAVLink_bad_data and parsing goes
-        # on, instead of an exception that would lose the rest of the buffer.
-        self._mav.robust_parsing = True
         self._framer = Framer(self._mav)
         self.stats = CodecStats()
         self._last_seq: dict[tuple[int, int], int] = {}
