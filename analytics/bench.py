@@ -22,9 +22,12 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from analytics.options import SourceOptions
+from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
+from drivers.errors import ConfigError
 from gateway.subjects import EVENTS_STREAM
 
 EVENTS_PER_VEHICLE_DAY = 16  # what sim audit generates with its defaults (measured: ~16.6)
@@ -96,27 +99,56 @@ def _ceiling_decode(url: str, first: int, last: int) -> tuple[float, int]:
     return time.perf_counter() - t0, rows
 
 
-def run(url: str, events: int, *, seed: int, master: str, out_dir: str, partitions: int | None) -> dict[str, Any]:
+Stage = Callable[[str, dict[str, Any]], None]
+
+
+def run(
+    url: str,
+    events: int,
+    *,
+    seed: int,
+    master: str,
+    out_dir: str,
+    partitions: int | None,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
+    on_stage: Stage | None = None,
+    spark: Any = None,
+) -> dict[str, Any]:
+    """Measure every stage; `on_stage(name, figures so far)` runs after each one,
+    so a run that dies late (a 10M replay takes most of an hour) keeps what it measured.
+
+    Without `spark`, a session is started (and timed) and stopped at the end;
+    a session passed in is used and left running."""
     from analytics.replay import ReplayConfig, run_replay
     from analytics.session import get_spark
 
+    def stage(name: str) -> None:
+        if on_stage is not None:
+            on_stage(name, res)
+
     res: dict[str, Any] = {"events_requested": events, "master": master, "cpus": os.cpu_count(),
-                           "python": platform.python_version(),
+                           "python": platform.python_version(), "driver_memory": driver_memory,
                            # other work on the machine skews every figure: record it with them
-                           "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+                           "loadavg_1m_start": round(os.getloadavg()[0], 2), "complete": False}
     fill = asyncio.run(_fill(url, events, seed))
     res["fill"] = fill
+    stage("fill")
     first, last = fill["first_seq"], fill["last_seq"]
     n = fill["stream_messages"]
 
     t = asyncio.run(_ceiling_count(url, first, last))
     res["ceiling_callback_events_per_s"] = round(n / t)
+    stage("ceiling_callback")
     t, rows = _ceiling_decode(url, first, last)
-    assert rows == n, f"range reader returned {rows} rows for {n} messages"
+    if rows != n:
+        raise RuntimeError(f"range reader returned {rows} rows for {n} messages")
     res["ceiling_callback_decode_events_per_s"] = round(n / t)
+    stage("ceiling_decode")
 
+    own_session = spark is None
     t0 = time.perf_counter()
-    spark = get_spark(master, app_name="mavjet-bench-replay")
+    if own_session:
+        spark = get_spark(master, app_name="mavjet-bench-replay", driver_memory=driver_memory)
     res["spark_session_s"] = round(time.perf_counter() - t0, 3)
     try:
         reader = spark.read.format("jetstream").option("url", url)
@@ -129,20 +161,42 @@ def run(url: str, events: int, *, seed: int, master: str, out_dir: str, partitio
         read_s = time.perf_counter() - t0
         res["source_read_s"] = round(read_s, 3)
         res["source_events_per_s"] = round(n / read_s)
+        res["ratio_source_to_callback_ceiling"] = round(n / read_s / res["ceiling_callback_events_per_s"], 3)
+        res["ratio_source_to_decode_ceiling"] = round(n / read_s / res["ceiling_callback_decode_events_per_s"], 3)
+        stage("source")
         t0 = time.perf_counter()
-        summary = run_replay(spark, ReplayConfig(out=out_dir, url=url, env=ENV, master=master, partitions=partitions))
+        summary = run_replay(spark, ReplayConfig(out=out_dir, url=url, env=ENV, master=master, partitions=partitions,
+                                                 driver_memory=driver_memory))
         res["replay_s"] = round(time.perf_counter() - t0, 3)
         res["replay_steps_s"] = summary["timings_s"]
         res["replay_events"] = summary["events"]
         res["replay_flights"] = summary.get("flights")
     finally:
-        spark.stop()
+        if own_session:
+            spark.stop()
     res["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
-    res["ratio_source_to_callback_ceiling"] = round(res["source_events_per_s"] / res["ceiling_callback_events_per_s"], 3)
-    res["ratio_source_to_decode_ceiling"] = round(
-        res["source_events_per_s"] / res["ceiling_callback_decode_events_per_s"], 3
-    )
+    res["complete"] = True
+    stage("replay")
     return res
+
+
+def _line(name: str, res: dict[str, Any]) -> str:
+    """The printed figure of one stage."""
+    if name == "fill":
+        f = res["fill"]
+        return (f"events in stream:                 {f['stream_messages']:,} ({f['stream_bytes'] / 1e6:,.0f} MB)\n"
+                f"publish (sim audit):              {f['publish_events_per_s']:,} events/s")
+    if name == "ceiling_callback":
+        return f"ceiling, callback only:           {res['ceiling_callback_events_per_s']:,} events/s"
+    if name == "ceiling_decode":
+        return f"ceiling, callback + decode:       {res['ceiling_callback_decode_events_per_s']:,} events/s"
+    if name == "source":
+        return (f"data source on {res['master']} ({res['read_partitions']} partitions): "
+                f"{res['source_events_per_s']:,} events/s ({res['source_read_s']} s)\n"
+                f"ratio source / callback ceiling:  {res['ratio_source_to_callback_ceiling']}\n"
+                f"ratio source / decode ceiling:    {res['ratio_source_to_decode_ceiling']}")
+    return (f"replay total (all jobs):          {res['replay_s']} s (+ {res['spark_session_s']} s session start)\n"
+            f"load average (1 min) start/end:   {res['loadavg_1m_start']} / {res['loadavg_1m_end']} on {res['cpus']} CPUs")
 
 
 def main(argv: list[str]) -> int:
@@ -153,37 +207,34 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nats", help="use this server (its TWIN_EVENTS must be empty or hold env 'bench'); default: a private one")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--partitions", type=int, help="read partitions (default: the source's own choice)")
+    p.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY, help=f"Spark driver heap (default {DEFAULT_DRIVER_MEMORY})")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", help="write the figures to this file")
+    p.add_argument("--json", help="write the figures to this file (rewritten after every stage; 'complete' says if it finished)")
     args = p.parse_args(argv)
     if args.events < 1:
         p.error("--events must be >= 1")
+    try:
+        check_memory("driver_memory", args.driver_memory)
+    except ConfigError as exc:
+        p.error(str(exc))
 
     from gateway.natsserver import NatsServer
 
+    def on_stage(name: str, res: dict[str, Any]) -> None:
+        print(_line(name, res), flush=True)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(res, f, indent=2)
+                f.write("\n")
+
+    kw: dict[str, Any] = {"seed": args.seed, "master": args.master, "partitions": args.partitions,
+                          "driver_memory": args.driver_memory, "on_stage": on_stage}
     with tempfile.TemporaryDirectory(prefix="mavjet-bench-replay-") as tmp:
         if args.nats:
-            res = run(args.nats, args.events, seed=args.seed, master=args.master, out_dir=f"{tmp}/out",
-                      partitions=args.partitions)
+            run(args.nats, args.events, out_dir=f"{tmp}/out", **kw)
         else:
             with NatsServer(store_dir=f"{tmp}/js") as srv:
-                res = run(srv.url, args.events, seed=args.seed, master=args.master, out_dir=f"{tmp}/out",
-                          partitions=args.partitions)
-    n = res["fill"]["stream_messages"]
-    print(f"events in stream:                 {n:,} ({res['fill']['stream_bytes'] / 1e6:,.0f} MB)")
-    print(f"publish (sim audit):              {res['fill']['publish_events_per_s']:,} events/s")
-    print(f"ceiling, callback only:           {res['ceiling_callback_events_per_s']:,} events/s")
-    print(f"ceiling, callback + decode:       {res['ceiling_callback_decode_events_per_s']:,} events/s")
-    print(f"data source on {res['master']} ({res['read_partitions']} partitions): "
-          f"{res['source_events_per_s']:,} events/s ({res['source_read_s']} s)")
-    print(f"ratio source / callback ceiling:  {res['ratio_source_to_callback_ceiling']}")
-    print(f"ratio source / decode ceiling:    {res['ratio_source_to_decode_ceiling']}")
-    print(f"replay total (all jobs):          {res['replay_s']} s (+ {res['spark_session_s']} s session start)")
-    print(f"load average (1 min) start/end:   {res['loadavg_1m_start']} / {res['loadavg_1m_end']} on {res['cpus']} CPUs")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=2)
-            f.write("\n")
+                run(srv.url, args.events, out_dir=f"{tmp}/out", **kw)
     return 0
 
 

@@ -24,11 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from analytics.options import format_time_us, parse_time_us
+from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
 from drivers.errors import ConfigError, MavjetError
 from gateway.subjects import EVENTS_STREAM, check_token, event_filter
 from gateway.units import parse_duration_s
 
 JOBS = ("flights", "commands", "failsafes", "timeline")
+# The jobs read the decoded columns only. The raw JSON (`data`) is the widest
+# column by far; caching without it (and the constant stream/subject) keeps
+# a 10M-event replay in memory instead of spilling or running out of heap.
+NOT_CACHED = ("stream", "subject", "data")
 TIMELINE_REPORT_ROWS = 500
 
 
@@ -46,9 +51,11 @@ class ReplayConfig:
     jobs: tuple[str, ...] = JOBS
     vids: tuple[str, ...] = ()
     report: bool = True
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
 
     def __post_init__(self) -> None:
         check_token("env", self.env)
+        object.__setattr__(self, "driver_memory", check_memory("driver_memory", self.driver_memory))
         for v in self.vids:
             check_token("vid", v)
         unknown = set(self.jobs) - set(JOBS)
@@ -103,7 +110,7 @@ def run_replay(spark: Any, cfg: ReplayConfig) -> dict[str, Any]:
 
     t_start = time.perf_counter()
     timings = Timings()
-    events = read_events(spark, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    events = read_events(spark, cfg).drop(*NOT_CACHED).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         t0 = time.perf_counter()
         n_events = events.count()
@@ -221,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", default=EVENTS_STREAM)
     p.add_argument("--partitions", type=int, help="read partitions (default: one per 250k sequences, >= 2)")
     p.add_argument("--no-report", action="store_true")
+    p.add_argument(
+        "--driver-memory", default=DEFAULT_DRIVER_MEMORY,
+        help=f"Spark driver heap, e.g. 2g (default {DEFAULT_DRIVER_MEMORY}; on local[*] it also holds the cached events)",
+    )
     add_nats_arguments(p)
     return p
 
@@ -243,6 +254,7 @@ def config_from_args(args: argparse.Namespace, *, now: dt.datetime | None = None
     return ReplayConfig(
         out=args.out, url=args.nats, env=args.env, master=args.master, stream=args.stream, start=start, end=end,
         creds=args.creds, partitions=args.partitions, jobs=jobs, vids=tuple(args.vid), report=not args.no_report,
+        driver_memory=args.driver_memory,
     )
 
 
@@ -256,7 +268,7 @@ def main(argv: list[str]) -> int:
     from analytics.session import get_spark
 
     t0 = time.perf_counter()
-    spark = get_spark(cfg.master)
+    spark = get_spark(cfg.master, driver_memory=cfg.driver_memory)
     try:
         summary = run_replay(spark, cfg)
     except MavjetError as exc:

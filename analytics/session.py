@@ -8,16 +8,42 @@ standalone cluster (`spark://host:7077`): the only difference is `master`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
+from drivers.errors import ConfigError
+
 LOOPBACK = "127.0.0.1"
+# On local[*] the executors live in the driver JVM, so this heap holds the
+# cached events and every task's working set. Spark's own default (1g) runs
+# out of heap caching ~10M events; -Xmx only caps the heap, it reserves nothing.
+DEFAULT_DRIVER_MEMORY = "4g"
+_MEMORY = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 
 
-def spark_conf(master: str, *, bind_host: str = LOOPBACK, shuffle_partitions: int = 8) -> dict[str, str]:
-    """The configuration the jobs need. Pure, so it can be checked without Spark."""
+def check_memory(key: str, value: str) -> str:
+    """A JVM memory size as Spark takes it (`512m`, `4g`); raise ConfigError naming `key` otherwise."""
+    if not _MEMORY.fullmatch(value.strip()):
+        raise ConfigError(key, f"{value!r} is not a memory size like 512m or 4g")
+    return value.strip().lower()
+
+
+def spark_conf(
+    master: str,
+    *,
+    bind_host: str = LOOPBACK,
+    shuffle_partitions: int = 8,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
+) -> dict[str, str]:
+    """The configuration the jobs need. Pure, so it can be checked without Spark.
+
+    `spark.driver.memory` only takes effect when this process starts the JVM
+    (the first session); a session that already exists keeps its heap.
+    """
     return {
         "spark.master": master,
+        "spark.driver.memory": check_memory("driver_memory", driver_memory),
         "spark.driver.host": bind_host,
         "spark.driver.bindAddress": bind_host,
         "spark.ui.enabled": "false",
@@ -39,6 +65,7 @@ def get_spark(
     *,
     app_name: str = "mavjet-replay",
     bind_host: str = LOOPBACK,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
     extra_conf: dict[str, str] | None = None,
 ) -> Any:
     """Get or create the process's SparkSession with the `jetstream` source registered."""
@@ -50,7 +77,7 @@ def get_spark(
     from analytics.source import register
 
     builder = SparkSession.builder.appName(app_name)
-    conf = spark_conf(master, bind_host=bind_host)
+    conf = spark_conf(master, bind_host=bind_host, driver_memory=driver_memory)
     conf.update(extra_conf or {})
     for k, v in conf.items():
         builder = builder.config(k, v)

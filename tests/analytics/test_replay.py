@@ -71,6 +71,19 @@ def test_cli_arguments() -> None:
         config_from_args(build_parser().parse_args(["--out", "x", "--vid", "bad.vid"]))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--since", "1h", "--from", "2025-06-01", "--out", "x"])
+    assert config_from_args(build_parser().parse_args(["--out", "x", "--driver-memory", "2G"])).driver_memory == "2g"
+    with pytest.raises(ConfigError, match="driver_memory"):
+        config_from_args(build_parser().parse_args(["--out", "x", "--driver-memory", "lots"]))
+
+
+def test_spark_conf_sets_driver_memory_and_rejects_nonsense() -> None:
+    from analytics.session import DEFAULT_DRIVER_MEMORY, spark_conf
+
+    assert spark_conf("local[2]")["spark.driver.memory"] == DEFAULT_DRIVER_MEMORY
+    assert spark_conf("local[2]", driver_memory="512m")["spark.driver.memory"] == "512m"
+    for bad in ("", "4", "4gb", "-1g", "0g"):
+        with pytest.raises(ConfigError, match="memory size"):
+            spark_conf("local[2]", driver_memory=bad)
 
 
 @pytest.mark.slow

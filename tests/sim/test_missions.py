@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as M
@@ -117,6 +118,11 @@ async def test_auto_flies_the_mission_and_reports_reached_items(fleet: SimFleet,
     assert (await gcs.command_long(1, M.MAV_CMD_MISSION_START)).result == OK
     assert v.mode == "AUTO"
     await until(lambda: not v.armed, timeout_s=45)  # the mission ends with RTL and landing
+    assert v.reached == [1, 2, 3, 4, 6]
+    # The model disarms in the same step that sends the last MISSION_ITEM_REACHED,
+    # so the frame may still be in flight to the GCS: wait for it, then compare.
+    with contextlib.suppress(TimeoutError):
+        await until(lambda: len(gcs.of("MISSION_ITEM_REACHED", i)) >= len(v.reached), timeout_s=5)
     reached = [m.seq for m in gcs.of("MISSION_ITEM_REACHED", i)]
     assert reached == [1, 2, 3, 4, 6]
     current = [m.seq for m in gcs.of("MISSION_CURRENT", i)]
