@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nats
@@ -28,6 +29,8 @@ from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.units import parse_duration_s
 
 ENV = "prod"
+SIM_START_ATTEMPTS = 3
+SIM_READY_TIMEOUT_S = 15.0  # the simulator imports pymavlink and binds: ~1 s idle, more under load
 
 
 def _port_free(port: int) -> bool:
@@ -41,7 +44,7 @@ def _port_free(port: int) -> bool:
 
 def pick_base_port(n: int, preferred: int = 5760) -> int:
     """A base port such that base + 10*i is free for every vehicle (SITL's layout)."""
-    candidates = [preferred] + [free_port() for _ in range(20)]
+    candidates = ([preferred] if preferred else []) + [free_port() for _ in range(20)]
     for base in candidates:
         if base + 10 * n < 65535 and all(_port_free(base + 10 * i) for i in range(n)):
             return base
@@ -107,6 +110,37 @@ def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
         proc.wait(timeout=5)
 
 
+def _start_sim(
+    args: argparse.Namespace, exe: list[str], log: Path, via_commands: bool
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the simulator and wait until it says its vehicles listen.
+
+    The base port is only known to be free when it is picked; another program
+    can take it before the simulator binds. Then the simulator exits with
+    "address already in use" and a new base is tried (a few times)."""
+    for attempt in range(SIM_START_ATTEMPTS):
+        base = pick_base_port(args.vehicles, preferred=5760 if attempt == 0 else 0)
+        cmd = [*exe, "sim", "--vehicles", str(args.vehicles), "--base-port", str(base),
+               "--speedup", str(args.speedup), "--flavour", args.flavour]
+        if not via_commands:
+            cmd.append("--sortie")
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + SIM_READY_TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            if b"ready vehicles=" in log.read_bytes():
+                return proc, base
+            time.sleep(0.1)
+        if proc.poll() is None or b"address already in use" not in log.read_bytes():
+            return proc, base  # running (slow start) or a failure that another port will not fix
+    return proc, base
+
+
+def _exited(name: str, proc: subprocess.Popen[bytes], log: Path) -> int:
+    print(f"mavjet demo: {name} exited with {proc.returncode}; see {log}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if not 1 <= args.vehicles <= 200:
@@ -123,14 +157,10 @@ def main(argv: list[str]) -> int:
     vids = [f"VID-{i + 1:03d}" for i in range(args.vehicles)]
     try:
         server.start()
-        base = pick_base_port(args.vehicles)
         exe = [sys.executable, "-m", "gateway"]
-        sim_cmd = [*exe, "sim", "--vehicles", str(args.vehicles), "--base-port", str(base),
-                   "--speedup", str(args.speedup), "--flavour", args.flavour]
-        if not via_commands:
-            sim_cmd.append("--sortie")
-        with open(data / "sim.log", "wb") as sim_log:
-            sim = subprocess.Popen(sim_cmd, stdout=sim_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        sim, base = _start_sim(args, exe, data / "sim.log", via_commands)
+        if sim.poll() is not None:
+            return _exited("simulator", sim, data / "sim.log")
         metrics_port = free_port()
         gw_cmd = [*exe, "gateway", "--nats", server.url, "--env", ENV, "--state-dir", str(data / "state"),
                   "--metrics-port", str(metrics_port), "--instance", "demo", "--log-json"]

@@ -135,3 +135,35 @@ def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
     assert "demo stopped" in text
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     assert str(tmp_path / "demo") not in ps
+
+
+def test_demo_simulator_retries_a_base_port_taken_before_it_binds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program takes the picked port between the pick and the bind: the demo picks again."""
+    import argparse
+    import socket
+
+    from gateway import demo
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real_pick = demo.pick_base_port
+    picks: list[int] = []
+
+    def pick(n: int, preferred: int = 5760) -> int:
+        picks.append(taken.getsockname()[1] if not picks else real_pick(n, preferred=0))
+        return picks[-1]
+
+    monkeypatch.setattr(demo, "pick_base_port", pick)
+    args = argparse.Namespace(vehicles=1, speedup=4.0, flavour="ardupilot")
+    log = tmp_path / "sim.log"
+    proc, base = demo._start_sim(args, [sys.executable, "-m", "gateway"], log, via_commands=True)
+    try:
+        assert len(picks) == 2 and base == picks[1] != picks[0]
+        assert proc.poll() is None and "ready vehicles=1" in log.read_text()
+    finally:
+        taken.close()
+        proc.terminate()
+        proc.wait(timeout=10)
