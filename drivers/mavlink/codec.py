@@ -61,9 +61,9 @@ class MavCodec:
         try:
             parsed = framer.feed(data)
         except Exception:  # never let a parser bug out of the codec: drop the buffer, count it
-            stats.bad_data += len(data)
-            self._framer = Framer(self._mav)
-            return []
+            framer.stats.bad_data += len(data)
+            framer.reset()
+            parsed = []
         fs = framer.stats
         stats.crc_errors, stats.unknown, stats.bad_data = fs.crc_errors, fs.unknown, fs.bad_data
         if not parsed:

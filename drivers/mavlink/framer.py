@@ -173,7 +173,7 @@ class Framer:
                     hdr = LightHeader(msgid, incompat, buf[i + 3], mlen, buf[i + 4], buf[i + 5], buf[i + 6])
                     out.append(light(hdr, crc, *info.unpack(payload)))
                 else:
-                    out.append(self._slow(buf[i:end]))
+                    self._slow(buf[i:end], out)
                 i = end
             elif b0 == MAGIC_V1:
                 if n - i < 6:
@@ -192,7 +192,7 @@ class Framer:
                     stats.crc_errors += 1
                     i += 1
                     continue
-                out.append(self._slow(buf[i:end]))
+                self._slow(buf[i:end], out)
                 i = end
             else:
                 # Skip to the next possible frame start in one step.
@@ -205,11 +205,18 @@ class Framer:
         if len(self._buf) > 300:  # cannot be one frame: drop the junk
             stats.bad_data += len(self._buf)
             self._buf = b""
-        return [m for m in out if m is not None]
+        return out
 
-    def _slow(self, frame: bytes) -> Any:
+    def reset(self) -> None:
+        """Drop a buffered partial frame (counted as skipped bytes); the counters carry on."""
+        self.stats.bad_data += len(self._buf)
+        self._buf = b""
+
+    def _slow(self, frame: bytes, out: list[Any]) -> None:
+        """pymavlink's decode() for messages with arrays or strings; a frame it refuses is skipped bytes."""
         try:
-            return self._mav.decode(bytearray(frame))
+            msg = self._mav.decode(bytearray(frame))
         except Exception:
             self.stats.bad_data += len(frame)
-            return None
+            return
+        out.append(msg)

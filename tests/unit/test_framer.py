@@ -78,3 +78,35 @@ def test_corruption_and_garbage_are_counted_and_skipped() -> None:
     assert len(got) == len(good) - 1
     # Bytes inside the broken frame can look like frame starts: at least one CRC error.
     assert fr.stats.crc_errors >= 1 and fr.stats.bad_data >= 400
+
+
+def test_reset_drops_a_partial_frame_and_keeps_the_counters() -> None:
+    enc = MavCodec(src_system=1, src_component=1)
+    frame = enc.encode(m.MAVLink_attitude_message(1, 0.5, 0, 0, 0, 0, 0))
+    fr = Framer(m.MAVLink(None, 245, 191))
+    assert fr.feed(b"junk" + frame[:10]) == []
+    assert fr.stats.bad_data == 4
+    fr.reset()
+    assert fr.stats.bad_data == 14  # the 10 buffered bytes are counted as skipped
+    assert [x._type for x in fr.feed(frame)] == ["ATTITUDE"]  # nothing of the old partial frame left
+
+
+def test_codec_survives_a_parser_failure_without_losing_counts(monkeypatch: Any) -> None:
+    """A framer bug drops that buffer only: counters never go backwards and parsing goes on."""
+    enc = MavCodec(src_system=1, src_component=1)
+    frames = [enc.encode(x) for x in _mix(2)]
+    codec = MavCodec()
+    assert len(codec.feed(b"\x00" * 7 + frames[0])) == 1
+    assert codec.stats.bad_data == 7
+    framer = codec._framer
+    real_feed = framer.feed
+
+    def broken(data: bytes) -> list[Any]:
+        monkeypatch.setattr(framer, "feed", real_feed)  # fails once
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(framer, "feed", broken)
+    assert codec.feed(frames[1]) == []
+    assert codec.stats.bad_data == 7 + len(frames[1])
+    assert [x._type for x in codec.feed(b"".join(frames[2:]))] == [x._type for x in _mix(2)[2:]]
+    assert codec.stats.bad_data == 7 + len(frames[1]) and codec.stats.messages_in == 1 + len(frames) - 2
