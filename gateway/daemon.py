@@ -45,14 +45,13 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.spool = Spool(cfg.state_dir / "spool.sqlite", max_entries=cfg.spool_max_events)
         self.publisher = Publisher(cfg, self.spool, self.metrics)
-        # Vehicles that share a udp: port get one hub socket, demultiplexed by sysid.
-        shared: dict[str, int] = {}
+        # A udp: vehicle with a sysid listens through a hub socket, one per
+        # port, demultiplexed by sysid (GatewayConfig makes every vehicle on a
+        # shared port such a vehicle).
+        self.hubs: dict[str, UdpHub] = {}
         for v in cfg.vehicles:
-            shared[str(v.endpoint)] = shared.get(str(v.endpoint), 0) + 1
-        self.hubs: dict[str, UdpHub] = {
-            ep: UdpHub(v.endpoint) for v in cfg.vehicles
-            if shared[(ep := str(v.endpoint))] > 1 or (v.sysid is not None and v.endpoint.scheme == "udp")
-        }
+            if v.endpoint.scheme == "udp" and v.sysid is not None and str(v.endpoint) not in self.hubs:
+                self.hubs[str(v.endpoint)] = UdpHub(v.endpoint)
         self.twins = {
             v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics, hub=self.hubs.get(str(v.endpoint)))
             for v in cfg.vehicles
