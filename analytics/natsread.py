@@ -28,7 +28,7 @@ from nats.js import api
 
 from analytics.columns import Columns
 from analytics.options import SourceOptions
-from drivers.errors import MavjetError
+from gateway.contract.errors import MavjetError
 
 
 class SourceError(MavjetError):

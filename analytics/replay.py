@@ -25,9 +25,9 @@ from typing import Any
 
 from analytics.options import format_time_us, parse_time_us
 from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
-from drivers.errors import ConfigError, MavjetError
-from gateway.subjects import EVENTS_STREAM, check_token, event_filter
-from gateway.units import parse_duration_s
+from gateway.contract.errors import ConfigError, MavjetError
+from gateway.contract.subjects import EVENTS_STREAM, check_token, event_filter
+from gateway.contract.units import parse_duration_s
 
 JOBS = ("flights", "commands", "failsafes", "timeline")
 # The jobs read the decoded columns only. The raw JSON (`data`) is the widest
@@ -214,7 +214,7 @@ def _time_arg(value: str) -> dt.datetime:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gateway.natsconn import add_nats_arguments
+    from gateway.contract.natsconn import add_nats_arguments
 
     p = argparse.ArgumentParser(prog="mavjet replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
     when = p.add_mutually_exclusive_group()

@@ -12,7 +12,7 @@ import re
 import sys
 from typing import Any
 
-from drivers.errors import ConfigError
+from gateway.contract.errors import ConfigError
 
 LOOPBACK = "127.0.0.1"
 # On local[*] the executors live in the driver JVM, so this heap holds the

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drivers.errors import ConfigError
 from drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
 from drivers.mavlink.transport import Endpoint
-from gateway.natsconn import DEFAULT_NATS, NatsOptions
+from gateway.contract.errors import ConfigError
+from gateway.contract.natsconn import DEFAULT_NATS, NatsOptions
+from gateway.contract.subjects import STATE_CHANNELS, check_token
 from gateway.shadow.config import ShadowConfig
-from gateway.subjects import STATE_CHANNELS, check_token
 
 DEFAULT_RATES_HZ: dict[str, float] = {
     "position": 10.0, "attitude": 10.0, "battery": 1.0, "gps": 1.0, "status": 1.0, "link": 1.0,

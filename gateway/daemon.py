@@ -24,11 +24,12 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from drivers.errors import ConfigError, MavjetError
 from drivers.mavlink.dialect import fastcrc_available
 from drivers.mavlink.udphub import UdpHub
-from gateway import logs, natsconn
+from gateway import logs
 from gateway.config import GatewayConfig, build_config, parse_vehicle
+from gateway.contract import natsconn
+from gateway.contract.errors import ConfigError, MavjetError
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.spool import Spool

@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 
 from drivers.mavlink.backoff import Backoff
 from gateway.config import GatewayConfig
-from gateway.envelope import CONTENT_TYPE
+from gateway.contract.envelope import CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.spool import Spool
 

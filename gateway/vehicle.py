@@ -21,11 +21,11 @@ from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.link import LinkState, MavlinkLink
 from drivers.mavlink.transport import Transport
 from drivers.mavlink.udphub import UdpHub
-from gateway import envelope
 from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract import envelope
+from gateway.contract.subjects import event_subject, state_subject
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
-from gateway.subjects import event_subject, state_subject
 from gateway.telemetry import Event, VehicleModel
 
 log = structlog.get_logger("mavjet.vehicle")

@@ -10,7 +10,7 @@ talk to them over real sockets exactly as they would to ArduPilot. The split:
 - `sim.fleet` — config, the shared tick loop, start/stop.
 - `sim.cli` — `mavjet sim ...` as a separate process (load generator, demo).
 
-This package's `__init__` imports nothing heavy: `sim.audit` (synthetic event
+This package's `__init__` imports nothing heavy: `analytics.synth` (synthetic event
 history) lives here too and must not pay for the MAVLink dialect.
 """
 

@@ -1,7 +1,6 @@
 """`mavjet sim`: simulated vehicles as a separate process.
 
     mavjet sim --vehicles 3 [--base-port 5760] [--speedup 5] [--sortie] [--loss 0.01]
-    mavjet sim audit ...    (synthetic event history, see sim.audit)
     mavjet sim bench ...    (how many vehicles this sim sustains, see sim.bench)
 
 Prints one line per vehicle once it listens (`vehicle sysid=1
@@ -22,7 +21,7 @@ import time
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import ConfigError, LinkError
+from gateway.contract.errors import ConfigError, LinkError
 from sim.fleet import SimConfig, SimFleet
 
 _IN_PROGRESS_NAMES = {
@@ -130,10 +129,8 @@ async def _report_until(fleet: SimFleet, stop: asyncio.Event, every_s: float) ->
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "audit":
-        from sim import audit
-
-        rc: int = audit.main(argv[1:])
-        return rc
+        print("mavjet sim audit: moved to `mavjet synth` (same options)", file=sys.stderr)
+        return 2
     if argv and argv[0] == "bench":
         from sim import bench
 

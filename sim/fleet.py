@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
 
-from drivers.errors import ConfigError
+from gateway.contract.errors import ConfigError
 from sim import geo
 from sim.encoder import Encoder
 from sim.model import VehicleOptions

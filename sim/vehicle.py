@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import LinkError
+from gateway.contract.errors import LinkError
 from sim.encoder import Encoder, Packer
 from sim.model import VehicleModel, VehicleOptions
 

@@ -9,8 +9,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from nats.js import api as jsapi
 from drivers.mavlink.link import LinkConfig
 from drivers.mavlink.transport import Endpoint
 from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract.envelope import unpack
+from gateway.contract.natsconn import NatsOptions
 from gateway.daemon import Gateway
-from gateway.envelope import unpack
-from gateway.natsconn import NatsOptions
 
 ENV = "test"
 

@@ -7,8 +7,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
 
-from gateway.natsserver import NatsServer
-from gateway.provision import (
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import (
     DEFINITIONS_DIR,
     ProvisionConflict,
     load_definitions,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.demo import pick_base_port
-from gateway.natsserver import NatsServer
+from gateway.ops.demo import pick_base_port
+from gateway.ops.natsserver import NatsServer
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -144,7 +144,7 @@ def test_demo_simulator_retries_a_base_port_taken_before_it_binds(
     import argparse
     import socket
 
-    from gateway import demo
+    from gateway.ops import demo
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

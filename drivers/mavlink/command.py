@@ -30,7 +30,7 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import ConfigError
+from gateway.contract.errors import ConfigError
 
 MavMessage = Any
 

@@ -21,12 +21,12 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from drivers.errors import ConfigError, LinkError
 from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, MavCodec, MavMessage
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.modes import is_autopilot_heartbeat
 from drivers.mavlink.transport import Endpoint, Transport, open_transport
+from gateway.contract.errors import ConfigError, LinkError
 
 log = structlog.get_logger("mavjet.link")
 

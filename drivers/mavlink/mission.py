@@ -28,8 +28,8 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import ConfigError, ProtocolError
 from drivers.mavlink.params import to_float32
+from gateway.contract.errors import ConfigError, ProtocolError
 
 MavMessage = Any
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import ConfigError, MavjetError
+from gateway.contract.errors import ConfigError, MavjetError
 
 MavMessage = Any
 

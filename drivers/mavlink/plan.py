@@ -31,8 +31,8 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import MavjetError
 from drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
+from gateway.contract.errors import MavjetError
 
 MAV_CMD_NAV_WAYPOINT = mavlink2.MAV_CMD_NAV_WAYPOINT
 MAV_CMD_DO_JUMP = mavlink2.MAV_CMD_DO_JUMP

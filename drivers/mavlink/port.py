@@ -27,7 +27,7 @@ class MavPort(Protocol):
         """The autopilot's component id (1)."""
 
     async def send(self, msg: MavMessage) -> None:
-        """Encode and send one message; raises drivers.errors.LinkError when the link is down."""
+        """Encode and send one message; raises gateway.contract.errors.LinkError when the link is down."""
 
     def listen(self, max_buffer: int = 256) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[MavMessage]]:
         """Receive every message the vehicle sends while the context is open.

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drivers.errors import CommandRejected, CommandTimeout, ConfigError, LinkError, ProtocolError
 from drivers.mavlink.command import (
     CommandConfig,
     CommandOutcome,
@@ -57,6 +56,13 @@ from drivers.mavlink.params import (
 )
 from drivers.mavlink.plan import digest
 from drivers.mavlink.port import MavPort
+from gateway.contract.errors import (
+    CommandRejected,
+    CommandTimeout,
+    ConfigError,
+    LinkError,
+    ProtocolError,
+)
 
 MavMessage = Any
 

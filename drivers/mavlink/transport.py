@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from drivers.errors import ConfigError, LinkError
+from gateway.contract.errors import ConfigError, LinkError
 
 READ_SIZE = 65536
 MAX_DRAIN_DATAGRAMS = 256

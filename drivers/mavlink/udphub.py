@@ -15,8 +15,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drivers.errors import LinkError
 from drivers.mavlink.transport import MAX_DRAIN_DATAGRAMS, READ_SIZE, Endpoint, Inbox
+from gateway.contract.errors import LinkError
 
 
 def sysid_of(datagram: bytes) -> int | None:

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import msgpack
 
-from drivers.errors import MavjetError
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.modes import ModeTable, UnknownMode
+from gateway.contract.errors import MavjetError
 
 MAX_ID_LEN = 128
 MAX_ISSUER_LEN = 128

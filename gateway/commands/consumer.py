@@ -35,8 +35,8 @@ from drivers.mavlink.backoff import Backoff
 from gateway.commands.executor import CRASH_ENV, CommandExecutor
 from gateway.commands.ledger import Ledger
 from gateway.config import CommandConfig, GatewayConfig
+from gateway.contract.subjects import CMD_STREAM, cmd_filter
 from gateway.publisher import Publisher
-from gateway.subjects import CMD_STREAM, cmd_filter
 from gateway.vehicle import VehicleTwin
 
 log = structlog.get_logger("mavjet.commands")

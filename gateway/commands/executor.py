@@ -40,7 +40,6 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from drivers.errors import LinkError
 from drivers.mavlink.command import CommandConfig as MavCommandConfig
 from drivers.mavlink.command import CommandResult, mav_result_name
 from drivers.mavlink.dialect import mavlink2
@@ -56,7 +55,6 @@ from drivers.mavlink.runner import (
     set_param,
     upload_and_verify,
 )
-from gateway import envelope
 from gateway.commands.catalogue import (
     Command,
     CommandInvalid,
@@ -68,7 +66,9 @@ from gateway.commands.catalogue import (
 )
 from gateway.commands.ledger import Ledger, LedgerEntry
 from gateway.config import CommandConfig
-from gateway.subjects import BLOBS_BUCKET, event_subject
+from gateway.contract import envelope
+from gateway.contract.errors import LinkError
+from gateway.contract.subjects import BLOBS_BUCKET, event_subject
 from gateway.telemetry import Event
 from gateway.vehicle import VehicleTwin
 

@@ -40,8 +40,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
-from drivers.errors import MavjetError
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
 from gateway.ops.health import is_twin_stream
 
 FORMAT = "mavjet-backup"

@@ -15,13 +15,13 @@ import json
 import sys
 import time
 
-from drivers.errors import MavjetError
-from gateway import natsconn
 from gateway.commands.catalogue import CATALOGUE, CommandInvalid, parse_cli_params
-from gateway.commands.client import CommandClient, ResultTimeout, new_command_id
-from gateway.natsconn import NatsUnavailable
-from gateway.subjects import check_token
-from gateway.units import parse_duration_s
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
+from gateway.contract.natsconn import NatsUnavailable
+from gateway.contract.subjects import check_token
+from gateway.contract.units import parse_duration_s
+from gateway.ops.client import CommandClient, ResultTimeout, new_command_id
 
 EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 

@@ -9,11 +9,11 @@ import datetime as dt
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.subjects import check_token, event_filter
+from gateway.contract.units import parse_duration_s
 from gateway.ops.read import format_event, to_record
 from gateway.ops.runner import run_cli
-from gateway.subjects import check_token, event_filter
-from gateway.units import parse_duration_s
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,11 +19,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.subjects import event_filter, state_filter
+from gateway.contract.units import parse_duration_s
 from gateway.ops.read import Record, format_event, to_record
 from gateway.ops.runner import run_cli
-from gateway.subjects import event_filter, state_filter
-from gateway.units import parse_duration_s
 
 
 @dataclass(slots=True)

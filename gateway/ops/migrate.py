@@ -32,11 +32,11 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from drivers.errors import MavjetError
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.backup import BackupError, api_request, list_streams
 from gateway.ops.health import is_twin_stream
-from gateway.subjects import CMD_STREAM
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

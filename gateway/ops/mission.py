@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from drivers.errors import MavjetError
 from drivers.mavlink.plan import PlanError, parse_plan
-from gateway import natsconn
 from gateway.commands.catalogue import OBJECT_NAME
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
 
 BLOBS = "TWIN_BLOBS"
 

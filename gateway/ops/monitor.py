@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from drivers.errors import ConfigError, MavjetError
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.errors import ConfigError, MavjetError
+from gateway.contract.units import parse_duration_s
 from gateway.ops.health import Health, Thresholds, collect_health, evaluate
-from gateway.units import parse_duration_s
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 

@@ -17,8 +17,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as jsapi
 
-from gateway import envelope
-from gateway.subjects import event_filter, parse_subject, state_filter
+from gateway.contract import envelope
+from gateway.contract.subjects import event_filter, parse_subject, state_filter
 
 
 @dataclass(frozen=True, slots=True)

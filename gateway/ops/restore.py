@@ -34,8 +34,9 @@ from typing import Any
 import msgpack
 from nats.aio.client import Client
 
-from drivers.errors import MavjetError
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.backup import (
     FORMAT,
     FORMAT_VERSION,
@@ -47,7 +48,6 @@ from gateway.ops.backup import (
     file_sha256,
     messages_path,
 )
-from gateway.subjects import CMD_STREAM
 
 # The server refuses duplicate windows under 100 ms.
 MIN_DUPLICATE_WINDOW_NS = 100_000_000

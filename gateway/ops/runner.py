@@ -12,7 +12,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
-from drivers.errors import MavjetError
+from gateway.contract.errors import MavjetError
 
 
 def run_cli(

@@ -32,10 +32,10 @@ import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from drivers.errors import MavjetError
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import SHADOW_BUCKET, check_token, shadow_key
 from gateway.shadow.document import parse_desired
-from gateway.subjects import SHADOW_BUCKET, check_token, shadow_key
 
 DOCS = ("desired", "reported", "meta", "config")
 

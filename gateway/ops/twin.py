@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.subjects import STATE_CHANNELS, check_token
 from gateway.ops.read import current_state, events_since, format_event
 from gateway.ops.runner import run_cli
-from gateway.subjects import STATE_CHANNELS, check_token
 
 
 def build_parser() -> argparse.ArgumentParser:

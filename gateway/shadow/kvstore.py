@@ -30,9 +30,9 @@ import nats.js.errors
 import structlog
 from nats.js.kv import KeyValue
 
-from drivers.errors import MavjetError
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import SHADOW_BUCKET
 from gateway.publisher import Publisher
-from gateway.subjects import SHADOW_BUCKET
 
 log = structlog.get_logger("mavjet.shadow")
 

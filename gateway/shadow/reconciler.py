@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 import structlog
 
-from drivers.errors import CommandRejected, CommandTimeout, LinkError, MavjetError
 from drivers.mavlink.command import CommandResult, mav_result_name
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.fence import Geofence
@@ -49,6 +48,8 @@ from drivers.mavlink.runner import (
     set_param,
     upload_and_verify,
 )
+from gateway.contract.errors import CommandRejected, CommandTimeout, LinkError, MavjetError
+from gateway.contract.subjects import BLOBS_BUCKET, shadow_key
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.diff import (
     DeltaBook,
@@ -63,7 +64,6 @@ from gateway.shadow.diff import (
 from gateway.shadow.document import EMPTY, Desired, check_mode, check_param, parse_desired
 from gateway.shadow.fence import fence_to_json, interval_us, rate_matches, rate_message
 from gateway.shadow.kvstore import DesiredEntry, ReportedWriter, ShadowStore, watch_key
-from gateway.subjects import BLOBS_BUCKET, shadow_key
 from gateway.telemetry import Event
 from gateway.vehicle import VehicleTwin
 

@@ -2,7 +2,7 @@
 
 Spark takes ~5 s to start, so `spark` is session-scoped (local[2]). The
 `history` server is module-scoped: a real nats-server with the twin's
-resources and a deterministic `sim audit` history whose ground truth the
+resources and a deterministic `mavjet synth` history whose ground truth the
 tests compare job output with.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gateway.natsserver import NatsServer
-from sim.audit import AuditConfig, Truth
+from analytics.synth import AuditConfig, Truth
+from gateway.ops.natsserver import NatsServer
 from tests.analytics.support import ENV, HISTORY_END_NS, History, publish_history
 
 

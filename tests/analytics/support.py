@@ -8,8 +8,9 @@ from typing import Any
 
 import nats
 
-from gateway.natsserver import NatsServer
-from sim.audit import AuditConfig, Truth, ensure_stream, publish
+from analytics.synth import AuditConfig, Truth, publish
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.synth import ensure_stream
 
 ENV = "test"
 # 2025-06-15T00:00:00Z: fixed, so the history is the same on every run.
@@ -81,7 +82,7 @@ def start_standalone(work_dir: str, *, cores: int = 2, timeout_s: float = 60.0) 
 
     import pyspark
 
-    from gateway.natsserver import free_port, wait_port
+    from gateway.ops.natsserver import free_port, wait_port
 
     home = Path(pyspark.__file__).resolve().parent
     spark_class = str(home / "bin" / "spark-class")

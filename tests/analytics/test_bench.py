@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from analytics import bench
-from gateway.natsserver import NatsServer
+from benchmarks import replay as bench
+from gateway.ops.natsserver import NatsServer
 
 
 def test_bench_reports_each_stage_and_reads_every_event(spark: Any, tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import nats
 
 from analytics import jobs
-from gateway.natsserver import NatsServer
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import read
 
 

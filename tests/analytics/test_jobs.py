@@ -1,4 +1,4 @@
-"""Replay jobs checked against the ground truth of the published `sim audit` history."""
+"""Replay jobs checked against the ground truth of the published `mavjet synth` history."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from analytics import jobs
 from analytics.columns import SCHEMA_DDL
-from sim.audit import haversine_m
+from analytics.synth import haversine_m
 from tests.analytics.support import History, read
 
 EPOCH = dt.datetime(1970, 1, 1)

@@ -11,9 +11,9 @@ import pytest
 from analytics.columns import COLUMN_NAMES, SCHEMA_DDL, Columns, event_type
 from analytics.options import SourceOptions, format_time_us, parse_time_us, plan_ranges
 from analytics.report import ReportData, bar_chart, grouped_log_bars, render, stacked_columns
-from drivers.errors import ConfigError
-from gateway.envelope import pack
-from sim.audit import AuditConfig, Truth, generate, haversine_m
+from analytics.synth import AuditConfig, Truth, generate, haversine_m
+from gateway.contract.envelope import pack
+from gateway.contract.errors import ConfigError
 
 T0_NS = 1_749_945_600 * 10**9
 

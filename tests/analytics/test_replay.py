@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from analytics.replay import ReplayConfig, build_parser, config_from_args, run_replay
-from drivers.errors import ConfigError
+from gateway.contract.errors import ConfigError
 from tests.analytics.support import ENV, History, parquet_rows, start_standalone
 
 OUTPUTS = {

@@ -10,9 +10,9 @@ from typing import Any
 import nats
 import pytest
 
-from gateway.envelope import HEADERS, pack
-from gateway.natsserver import NatsServer
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.contract.envelope import HEADERS, pack
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import History, read
 
 
@@ -99,7 +99,7 @@ def test_undecodable_messages_become_error_rows(spark: Any, nats_server: NatsSer
 
 
 def test_unreachable_server_fails_with_a_clear_error(spark: Any) -> None:
-    from gateway.natsserver import free_port
+    from gateway.ops.natsserver import free_port
 
     df = read(spark, f"nats://127.0.0.1:{free_port()}", timeout="3s")
     with pytest.raises(Exception, match="cannot connect"):

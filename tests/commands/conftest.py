@@ -14,12 +14,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerInfo
 
-from gateway import envelope
-from gateway.commands.client import CommandClient, Result
 from gateway.commands.consumer import CommandService
 from gateway.config import CommandConfig
+from gateway.contract import envelope
+from gateway.contract.subjects import event_filter
 from gateway.daemon import Gateway
-from gateway.subjects import event_filter
+from gateway.ops.client import CommandClient, Result
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
 from tests.support import ENV, collect_events, gateway_config, running, wait_for

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from tests.commands.conftest import ENV, command_rig
 
 

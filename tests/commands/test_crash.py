@@ -11,9 +11,9 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.commands.client import CommandClient
 from gateway.commands.executor import CRASH_ENV
-from gateway.natsserver import NatsServer
+from gateway.ops.client import CommandClient
+from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
 from tests.commands.conftest import ENV, cmd_results, ready_to_fly
 

@@ -10,7 +10,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from tests.commands.conftest import cmd_results, command_rig, ready_to_fly, wait_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from tests.commands.conftest import cmd_results, command_rig, ready_to_fly, wait_for
 
 ARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM

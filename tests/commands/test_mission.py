@@ -15,8 +15,8 @@ from nats.aio.client import Client
 
 from drivers.mavlink.mission import FENCE, RALLY
 from drivers.mavlink.plan import digest, parse_plan
-from gateway.natsserver import NatsServer
-from gateway.subjects import BLOBS_BUCKET
+from gateway.contract.subjects import BLOBS_BUCKET
+from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from sim.vehicle import SimVehicle
 from tests.commands.conftest import ENV, command_rig, ready_to_fly

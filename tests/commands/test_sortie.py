@@ -7,8 +7,8 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.commands.sortie import SortiePlan, distance_m, fly_sortie, offset_deg, waypoints
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.sortie import SortiePlan, distance_m, fly_sortie, offset_deg, waypoints
 from sim.fleet import SimConfig
 from tests.commands.conftest import ENV, command_rig
 

@@ -18,7 +18,7 @@ import pytest
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from tests.commands.conftest import (
     TEST_COMMANDS,
     cmd_results,

@@ -12,7 +12,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer, free_port
+from gateway.ops.natsserver import NatsServer, free_port
 
 CLUSTER_READY_S = 45.0
 

@@ -16,10 +16,10 @@ from nats.aio.client import Client
 from nats.js import api as jsapi
 from nats.js.errors import NotFoundError
 
-from gateway import envelope
-from gateway.natsserver import NatsServer
+from gateway.contract import envelope
+from gateway.contract.subjects import cmd_subject, event_subject, shadow_key, state_subject
+from gateway.ops.natsserver import NatsServer
 from gateway.ops.restore import replay_headers
-from gateway.subjects import cmd_subject, event_subject, shadow_key, state_subject
 
 TWIN = ["KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_CMD", "TWIN_EVENTS", "TWIN_STATE"]
 BIG = bytes((i * 7 + 3) % 251 for i in range(300_000))  # 3 chunks of 128KB

@@ -19,9 +19,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
 
-from gateway import envelope
+from gateway.contract import envelope
+from gateway.contract.subjects import cmd_subject, event_subject, shadow_key
 from gateway.ops.health import collect_health
-from gateway.subjects import cmd_subject, event_subject, shadow_key
 
 from .conftest import NatsCluster
 

@@ -29,13 +29,10 @@ import anyio
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway import envelope
-from gateway.commands.client import CommandClient
 from gateway.commands.consumer import CommandService
-from gateway.daemon import Gateway, with_services
-from gateway.natsconn import NatsOptions
-from gateway.shadow.service import ShadowService
-from gateway.subjects import (
+from gateway.contract import envelope
+from gateway.contract.natsconn import NatsOptions
+from gateway.contract.subjects import (
     CMD_STREAM,
     EVENTS_STREAM,
     SHADOW_BUCKET,
@@ -44,6 +41,9 @@ from gateway.subjects import (
     shadow_key,
     state_subject,
 )
+from gateway.daemon import Gateway, with_services
+from gateway.ops.client import CommandClient
+from gateway.shadow.service import ShadowService
 from gateway.telemetry import Event
 from sim.fleet import SimConfig, SimFleet
 from tests.commands.conftest import TEST_COMMANDS

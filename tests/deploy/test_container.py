@@ -25,10 +25,10 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gateway.config import build_config
 from gateway.daemon import build_parser as gateway_parser
-from gateway.natsserver import free_port
 from gateway.ops.monitor import build_parser as monitor_parser
-from gateway.provision import build_parser as provision_parser
-from gateway.provision import load_definitions
+from gateway.ops.natsserver import free_port
+from gateway.ops.provision import build_parser as provision_parser
+from gateway.ops.provision import load_definitions
 
 from . import yamlsubset
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer, free_port
+from gateway.ops.natsserver import NatsServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHCHECK = ROOT / "deploy" / "container" / "healthcheck.py"

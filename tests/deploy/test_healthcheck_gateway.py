@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
 from tests.support import gateway_config, running_gateway
 

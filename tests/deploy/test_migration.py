@@ -15,10 +15,10 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from gateway import envelope
-from gateway.natsserver import NatsServer, free_port
+from gateway.contract import envelope
+from gateway.contract.subjects import cmd_subject, event_subject, shadow_key
 from gateway.ops.migrate import mirror_config, promoted_config
-from gateway.subjects import cmd_subject, event_subject, shadow_key
+from gateway.ops.natsserver import NatsServer, free_port
 
 ENV = "test"
 # The link between the clusters carries JetStream API and mirror traffic only:

@@ -18,7 +18,6 @@ from nats.js import api as jsapi
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.natsserver import NatsServer, free_port
 from gateway.ops.health import (
     ConsumerHealth,
     Health,
@@ -28,6 +27,7 @@ from gateway.ops.health import (
     evaluate,
 )
 from gateway.ops.monitor import HealthCollector
+from gateway.ops.natsserver import NatsServer, free_port
 
 from . import yamlsubset
 
@@ -202,7 +202,7 @@ def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> Non
 
         nc = await nats.connect(nats_server.url)
         try:
-            from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+            from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
             js = nc.jetstream()
             await provision(js, load_definitions(DEFINITIONS_DIR, env="test", replicas=1))

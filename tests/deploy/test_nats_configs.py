@@ -9,8 +9,8 @@ from pathlib import Path
 import nats
 import pytest
 
-from gateway.natsserver import NatsServer, nats_server_binary
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.ops.natsserver import NatsServer, nats_server_binary
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import ConfigError
 from drivers.mavlink.command import (
     MAV_RESULT_CANCELLED,
     CommandConfig,
@@ -15,6 +14,7 @@ from drivers.mavlink.command import (
     CommandState,
     mav_result_name,
 )
+from gateway.contract.errors import ConfigError
 from tests.drivers.helpers import GCS_SYS, ack, heartbeat
 
 TAKEOFF = mavlink2.MAV_CMD_NAV_TAKEOFF

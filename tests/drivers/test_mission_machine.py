@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import ProtocolError
 from drivers.mavlink.mission import (
     FENCE,
     MISSION,
@@ -18,6 +17,7 @@ from drivers.mavlink.mission import (
     MissionUpload,
 )
 from drivers.mavlink.plan import digest
+from gateway.contract.errors import ProtocolError
 from tests.drivers.helpers import wire
 
 CFG = MissionConfig(item_timeout_s=1.0, max_retries=2)

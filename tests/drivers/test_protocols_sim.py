@@ -9,7 +9,6 @@ import anyio
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from drivers.errors import CommandRejected, LinkError
 from drivers.mavlink.command import CommandResult
 from drivers.mavlink.fence import geofence_from_dict
 from drivers.mavlink.link import LinkConfig, MavlinkLink
@@ -28,6 +27,7 @@ from drivers.mavlink.runner import (
     upload_mission,
 )
 from drivers.mavlink.transport import Endpoint
+from gateway.contract.errors import CommandRejected, LinkError
 from sim.fleet import SimConfig
 from tests.drivers.simlink import FAST, LOSSY, sim_link, wait_for
 

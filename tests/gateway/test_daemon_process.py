@@ -14,7 +14,7 @@ from typing import BinaryIO
 import nats
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, wait_for_async
 

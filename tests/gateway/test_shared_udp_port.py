@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from drivers.errors import ConfigError
 from drivers.mavlink.codec import MavCodec
 from drivers.mavlink.dialect import mavlink2 as m
 from drivers.mavlink.transport import Endpoint
 from drivers.mavlink.udphub import sysid_of
 from gateway.config import GatewayConfig, VehicleConfig, build_config, parse_vehicle
-from gateway.natsconn import NatsOptions
-from gateway.natsserver import NatsServer, free_port
+from gateway.contract.errors import ConfigError
+from gateway.contract.natsconn import NatsOptions
+from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.read import current_state
 from tests.support import ENV, running_gateway, wait_for, wait_for_async
 

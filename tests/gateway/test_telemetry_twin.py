@@ -12,7 +12,7 @@ import anyio.to_thread
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2 as m
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from gateway.ops.read import current_state
 from gateway.telemetry import VehicleModel
 from sim.fleet import SimConfig, SimFleet
@@ -200,7 +200,7 @@ async def test_nats_unreachable_at_start_then_spool_flushes(nats_server: NatsSer
             nats_server.start()
             import nats
 
-            from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+            from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
             nc = await nats.connect(nats_server.url)
             await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))

@@ -18,10 +18,10 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
+from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
 from gateway.daemon import Gateway
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.service import ShadowService
-from gateway.subjects import SHADOW_BUCKET, shadow_key
 from sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, gateway_config, wait_for, wait_for_async  # noqa: F401 (re-exported)
 

@@ -9,9 +9,9 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer
+from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
 from gateway.ops import shadow as cli
-from gateway.subjects import SHADOW_BUCKET, shadow_key
+from gateway.ops.natsserver import NatsServer
 
 VID = "VID-009"
 

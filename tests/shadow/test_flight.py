@@ -8,7 +8,7 @@ import msgpack
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.subjects import EVENTS_STREAM, event_subject
+from gateway.contract.subjects import EVENTS_STREAM, event_subject
 from tests.shadow.conftest import ENV, Shadowed, wait_for
 
 VID = "VID-001"

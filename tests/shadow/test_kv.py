@@ -8,7 +8,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from gateway.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
 from tests.shadow.conftest import Shadowed, shadowed, wait_for
 

@@ -9,7 +9,7 @@ import nats.js.errors
 from drivers.mavlink.fence import geofence_from_dict
 from drivers.mavlink.mission import FENCE, MISSION
 from drivers.mavlink.plan import digest, parse_plan
-from gateway.subjects import BLOBS_BUCKET
+from gateway.contract.subjects import BLOBS_BUCKET
 from tests.shadow.conftest import Shadowed, wait_for
 
 VID = "VID-001"

@@ -7,7 +7,7 @@ import math
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from drivers.errors import ConfigError
+from gateway.contract.errors import ConfigError
 from sim import encoder, geo, params, streams
 from sim.fleet import SimConfig
 from sim.modes import ARDUPILOT, PX4

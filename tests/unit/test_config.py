@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from drivers.errors import ConfigError
 from drivers.mavlink.transport import Endpoint
 from gateway.config import build_config, parse_vehicle
+from gateway.contract.errors import ConfigError
 
 
 def test_endpoints_parse_and_reject() -> None:

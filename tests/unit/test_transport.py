@@ -11,11 +11,11 @@ import tty
 
 import pytest
 
-from drivers.errors import LinkError
 from drivers.mavlink.codec import MavCodec
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint, UdpTransport, open_transport
-from gateway.natsserver import free_port
+from gateway.contract.errors import LinkError
+from gateway.ops.natsserver import free_port
 
 
 def _frames(n: int) -> list[bytes]:

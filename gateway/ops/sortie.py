@@ -24,10 +24,10 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from drivers.errors import MavjetError
-from gateway import envelope
-from gateway.commands.client import CommandClient, Result
-from gateway.subjects import state_filter
+from gateway.contract import envelope
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import state_filter
+from gateway.ops.client import CommandClient, Result
 
 log = structlog.get_logger("mavjet.sortie")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from drivers.errors import ConfigError
+from gateway.contract.errors import ConfigError
 
 STATE_STREAM = "TWIN_STATE"
 EVENTS_STREAM = "TWIN_EVENTS"

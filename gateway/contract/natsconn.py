@@ -16,7 +16,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from drivers.errors import ConfigError, MavjetError
+from gateway.contract.errors import ConfigError, MavjetError
 
 DEFAULT_NATS = "nats://127.0.0.1:4222"
 

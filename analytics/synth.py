@@ -1,4 +1,4 @@
-"""`mavjet sim audit`: publish a realistic synthetic event history to TWIN_EVENTS.
+"""Synthetic audit trail (`mavjet synth`): publish a realistic synthetic event history to TWIN_EVENTS.
 
 Replaying 90 days of a fleet needs 90 days of a fleet; this generates one:
 per vehicle and day a few flights (armed, takeoff, mode changes, mission
@@ -18,19 +18,18 @@ duplicate window stores it once.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime as dt
-import json
 import math
 import random
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from drivers.errors import ConfigError
+from gateway.contract.envelope import CONTENT_TYPE, pack
+from gateway.contract.errors import ConfigError
+from gateway.contract.subjects import event_subject
 
 DAY_NS = 86_400 * 10**9
 MS = 10**6
@@ -387,9 +386,6 @@ def generate(cfg: AuditConfig, truth: Truth) -> Iterator[list[Event]]:
 
 async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | None = None) -> int:
     """Publish the history; returns the number of events published."""
-    from gateway.envelope import CONTENT_TYPE, pack
-    from gateway.subjects import event_subject
-
     n = 0
     for day in generate(cfg, truth):
         for ev in day:
@@ -406,81 +402,6 @@ async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | 
     return n
 
 
-async def ensure_stream(nc: Any, env: str) -> None:
-    """Provision the twin's resources if TWIN_EVENTS does not exist yet."""
-    from nats.js.errors import NotFoundError
-
-    from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
-    from gateway.subjects import EVENTS_STREAM
-
-    js = nc.jetstream()
-    try:
-        await js.stream_info(EVENTS_STREAM)
-    except NotFoundError:
-        await provision(js, load_definitions(DEFINITIONS_DIR, env=env, replicas=1))
-
-
 def default_end_ns() -> int:
     now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     return int(now.timestamp()) * 10**9
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from gateway.natsconn import add_nats_arguments
-
-    p = argparse.ArgumentParser(
-        prog="mavjet sim audit",
-        description="Publish a synthetic, deterministic event history for N vehicles over D days to TWIN_EVENTS.",
-    )
-    p.add_argument("--vehicles", type=int, required=True)
-    p.add_argument("--days", type=int, required=True)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--end", help="history ends at this UTC time (ISO 8601; default: the current hour)")
-    p.add_argument("--flights-per-day", type=float, default=1.0)
-    p.add_argument("--failsafe-prob", type=float, default=0.15, help="chance a flight ends in a failsafe")
-    p.add_argument("--max-events", type=int, help="stop after publishing this many events")
-    p.add_argument("--json", help="also write the ground-truth summary to this file")
-    add_nats_arguments(p)
-    return p
-
-
-async def _run(args: argparse.Namespace, cfg: AuditConfig, truth: Truth) -> int:
-    from gateway import natsconn
-
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-sim-audit"))
-    try:
-        await ensure_stream(nc, cfg.env)
-        return await publish(nc.jetstream(publish_async_max_pending=4000), cfg, truth, max_events=args.max_events)
-    finally:
-        await nc.close()
-
-
-def main(argv: list[str]) -> int:
-    from analytics.options import parse_time_us
-    from gateway.natsconn import NatsUnavailable
-
-    args = build_parser().parse_args(argv)
-    try:
-        end_ns = parse_time_us(args.end, key="end") * 1000 if args.end else default_end_ns()
-        cfg = AuditConfig(
-            vehicles=args.vehicles, days=args.days, seed=args.seed, env=args.env, end_ns=end_ns,
-            flights_per_day=args.flights_per_day, failsafe_prob=args.failsafe_prob,
-        )
-    except ConfigError as exc:
-        print(f"mavjet sim audit: {exc}", file=sys.stderr)
-        return 2
-    truth = Truth(keep_detail=False)
-    try:
-        published = asyncio.run(_run(args, cfg, truth))
-    except NatsUnavailable as exc:
-        print(f"mavjet sim audit: {exc}", file=sys.stderr)
-        return 1
-    summary = {"published": published, "seed": cfg.seed, "env": cfg.env,
-               "start": dt.datetime.fromtimestamp(cfg.start_ns / 1e9, dt.UTC).isoformat(),
-               "end": dt.datetime.fromtimestamp(cfg.end_ns / 1e9, dt.UTC).isoformat(), **truth.summary()}
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    return 0

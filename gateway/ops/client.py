@@ -22,10 +22,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from drivers.errors import MavjetError
-from gateway import envelope
 from gateway.commands.catalogue import encode_command, validate_params
-from gateway.subjects import cmd_subject, event_filter
+from gateway.contract import envelope
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import cmd_subject, event_filter
 
 RECENT_RESULTS = 10_000
 

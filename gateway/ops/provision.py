@@ -20,16 +20,16 @@ from nats.js import JetStreamContext
 from nats.js import api as jsapi
 from nats.js.errors import NotFoundError
 
-from drivers.errors import MavjetError
-from gateway import natsconn
+from gateway.contract import natsconn
+from gateway.contract.errors import MavjetError
+from gateway.contract.subjects import check_token
+from gateway.contract.units import parse_duration_s, parse_size_bytes
 from gateway.ops.runner import run_cli
-from gateway.subjects import check_token
-from gateway.units import parse_duration_s, parse_size_bytes
 
 
 def _definitions_dir() -> Path:
     """`deploy/jetstream` in a checkout; `<prefix>/share/mavjet/jetstream` in a wheel install."""
-    repo = Path(__file__).resolve().parent.parent / "deploy" / "jetstream"
+    repo = Path(__file__).resolve().parents[2] / "deploy" / "jetstream"
     if repo.is_dir():
         return repo
     return Path(sys.prefix) / "share" / "mavjet" / "jetstream"

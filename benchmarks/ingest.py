@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,22 +22,16 @@ import anyio
 import msgpack
 import nats
 
+from benchmarks.kit import percentile, report, start_sim, stop_process
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
-from gateway.benchkit import percentile, report, start_sim, stop_process
 from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract.natsconn import NatsOptions
 from gateway.daemon import Gateway
-from gateway.demo import pick_base_port
-from gateway.natsconn import NatsOptions
-from gateway.natsserver import NatsServer
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
-
-SUBCOMMANDS = {
-    "commands": "gateway.bench_commands",
-    "shadow": "gateway.bench_shadow",
-    "replay": "analytics.bench",
-}
+from gateway.ops.demo import pick_base_port
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 
 def _rss_mib() -> float:
@@ -205,17 +197,6 @@ def ingest_main(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: mavjet bench {ingest,commands,shadow,replay} [options]")
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name == "ingest":
-        return ingest_main(rest)
-    module = SUBCOMMANDS.get(name)
-    if module is None:
-        print(f"mavjet bench: unknown benchmark {name!r}", file=sys.stderr)
-        return 2
-    rc: int = importlib.import_module(module).main(rest)
-    return rc
 
+def main(argv: list[str]) -> int:
+    return ingest_main(argv)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drivers.errors import MavjetError
+from gateway.contract.errors import MavjetError
 
 DEV_CONFIG = "jetstream { max_file_store: 1TB, max_memory_store: 1GB }\n"
 

@@ -23,18 +23,18 @@ from typing import Any
 import anyio
 import nats
 
+from benchmarks.kit import percentile, report
 from drivers.mavlink.link import LinkConfig
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
-from gateway.benchkit import percentile, report
 from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract.natsconn import NatsOptions
+from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
 from gateway.daemon import Gateway
-from gateway.natsconn import NatsOptions
-from gateway.natsserver import NatsServer
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.service import ShadowService
-from gateway.subjects import SHADOW_BUCKET, shadow_key
 
 ENV = "bench"
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from analytics.options import SourceOptions
 from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
-from drivers.errors import ConfigError
-from gateway.subjects import EVENTS_STREAM
+from gateway.contract.errors import ConfigError
+from gateway.contract.subjects import EVENTS_STREAM
 
 EVENTS_PER_VEHICLE_DAY = 16  # what sim audit generates with its defaults (measured: ~16.6)
 ENV = "bench"
@@ -37,7 +37,8 @@ ENV = "bench"
 async def _fill(url: str, events: int, seed: int) -> dict[str, Any]:
     import nats
 
-    from sim.audit import AuditConfig, Truth, default_end_ns, ensure_stream, publish
+    from analytics.synth import AuditConfig, Truth, default_end_ns, publish
+    from gateway.ops.synth import ensure_stream
 
     days = 90
     vehicles = max(1, math.ceil(events / (days * EVENTS_PER_VEHICLE_DAY)) + 1)
@@ -218,7 +219,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         p.error(str(exc))
 
-    from gateway.natsserver import NatsServer
+    from gateway.ops.natsserver import NatsServer
 
     def on_stage(name: str, res: dict[str, Any]) -> None:
         print(_line(name, res), flush=True)

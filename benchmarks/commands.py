@@ -31,18 +31,18 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from benchmarks.kit import percentile, report, start_sim, stop_process
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
-from gateway.benchkit import percentile, report, start_sim, stop_process
-from gateway.commands.client import CommandClient
 from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract.natsconn import NatsOptions
+from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
 from gateway.daemon import Gateway
-from gateway.demo import pick_base_port
-from gateway.natsconn import NatsOptions
-from gateway.natsserver import NatsServer
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.subjects import CMD_STREAM, cmd_filter, cmd_subject
+from gateway.ops.client import CommandClient
+from gateway.ops.demo import pick_base_port
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 

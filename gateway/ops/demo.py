@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import shutil
 import signal
 import socket
@@ -23,10 +22,11 @@ from pathlib import Path
 
 import nats
 
-from gateway.natsserver import NatsServer, free_port
+from gateway.contract.units import parse_duration_s
 from gateway.ops.fleet import show
-from gateway.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.units import parse_duration_s
+from gateway.ops.natsserver import NatsServer, free_port
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.ops.sortie import fly_sortie_forever
 
 ENV = "prod"
 SIM_START_ATTEMPTS = 3
@@ -65,10 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _use_commands(choice: str) -> bool:
-    available = importlib.util.find_spec("gateway.commands.sortie") is not None
-    if choice == "commands" and not available:
-        raise SystemExit("mavjet demo: --sortie commands needs gateway.commands (not installed)")
-    return choice == "commands" or (choice == "auto" and available)
+    return choice in ("commands", "auto")
 
 
 async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands: bool) -> None:
@@ -77,8 +74,6 @@ async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands
         await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
         tasks = []
         if via_commands:
-            # Imported by name: the command executor is an optional part of the install.
-            fly_sortie_forever = importlib.import_module("gateway.commands.sortie").fly_sortie_forever
             for i, vid in enumerate(vids):
                 tasks.append(asyncio.create_task(fly_sortie_forever(nc, ENV, vid, index=i), name=f"demo.sortie[{vid}]"))
         duration = parse_duration_s(args.duration) if args.duration else None

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from drivers.errors import MavjetError
+from gateway.contract.errors import MavjetError
 
 CONTENT_TYPE = "application/msgpack"
 HEADERS = {"Content-Type": CONTENT_TYPE}
