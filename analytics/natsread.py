@@ -4,7 +4,7 @@ Each partition opens its own connection (a Python worker cannot share the
 driver's) and reads its range with one ordered push consumer started at the
 range's first sequence. Messages arrive on a callback subscription: on these
 machines that is 3-5x faster than fetch/next_msg/async-for, which create a
-task per message (PERFORMANCE.md). Each message is decoded once, in the
+task per message. Each message is decoded once, in the
 callback, into column lists (`analytics.columns.Columns`).
 
 `iter_range` is a plain generator so Spark's `read()` can pull batches: it
@@ -21,14 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
 from analytics.columns import Columns
 from analytics.options import SourceOptions
+from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
+from gateway.contract.natsconn import NatsOptions
 
 
 class SourceError(MavjetError):
@@ -47,25 +48,17 @@ class StreamBounds:
     messages: int
 
 
+async def _quiet(_: Exception) -> None:
+    return None
+
+
 async def connect(opts: SourceOptions) -> Client:
-    kwargs: dict[str, Any] = {
-        "servers": opts.servers,
-        "name": "mavjet-analytics",
-        "connect_timeout": 5,
-        "max_reconnect_attempts": 3,
-    }
-    if opts.creds:
-        kwargs["user_credentials"] = opts.creds
-
-    async def _quiet(_: Exception) -> None:
-        return None
-
-    kwargs["error_cb"] = _quiet
+    nats_opts = NatsOptions(servers=tuple(opts.servers), creds_file=opts.creds, connect_timeout_s=5.0,
+                            name="mavjet-analytics")
     try:
-        async with asyncio.timeout(opts.timeout_s):
-            return await nats.connect(**kwargs)
-    except Exception as exc:  # translate nats-py's wide range of errors at the boundary
-        raise SourceError(opts.stream, f"cannot connect to {opts.url}: {type(exc).__name__}: {exc}") from exc
+        return await natsconn.connect(nats_opts, deadline_s=opts.timeout_s, max_reconnect_attempts=3, error_cb=_quiet)
+    except natsconn.NatsUnavailable as exc:
+        raise SourceError(opts.stream, f"cannot connect to {opts.url}: {exc.reason}") from exc
 
 
 async def stream_bounds(nc: Client, opts: SourceOptions) -> StreamBounds:

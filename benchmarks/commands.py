@@ -38,7 +38,7 @@ from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.natsconn import NatsOptions
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
-from gateway.daemon import Gateway
+from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
 from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
@@ -150,13 +150,14 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
         state_dir=Path(tmp) / "state", startup_timeout_s=max(15.0, n / 10),
     )
     gw = Gateway(cfg)
-    service = CommandService(crash_after_ledger="")
-    gw.extensions.append(service)
+    service = CommandService()
+    gw.services.append(service)
     out: dict[str, Any] = {"vehicles": n, "command": args.command, "duration_s": args.duration}
 
     async def measure() -> None:
         try:
             await gw.ready.wait()
+            tune_gc()  # as the daemon's process entry does
             for _ in range(600):  # up to 60 s for every consumer bound and every mode known
                 if (len(service.loops) == n and all(lp.binds for lp in service.loops.values())
                         and all(t.model.mode for t in gw.twins.values())):

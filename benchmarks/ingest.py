@@ -28,7 +28,7 @@ from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.natsconn import NatsOptions
-from gateway.daemon import Gateway
+from gateway.daemon import Gateway, tune_gc
 from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
@@ -127,6 +127,7 @@ async def run_ingest(
 
     async def measure() -> None:
         await gw.ready.wait()
+        tune_gc()  # as the daemon's process entry does
         await anyio.sleep(args.warmup)
         links = [t.link for t in gw.twins.values()]
         m0 = sum(lk.codec.stats.messages_in for lk in links)

@@ -78,7 +78,7 @@ async def run(args: argparse.Namespace, server: NatsServer, state_dir: Path) -> 
         )
         gw = Gateway(cfg)
         svc = ShadowService(ShadowConfig(verify_interval_s=3600.0))
-        gw.extensions.append(svc)
+        gw.services.append(svc)
         vids = list(gw.twins)
         done: dict[tuple[str, int], float] = {}
         waiting: dict[str, int] = {}

@@ -1,19 +1,28 @@
 """Gateway configuration: frozen, keyword-only dataclasses validated on construction.
 
-Files and environment are read only by the CLI (`gateway.daemon.main`); this
-module turns an already-parsed TOML mapping plus CLI overrides into a
-`GatewayConfig`, naming the offending key in every error.
+Every source is resolved here, in one place (`resolve_config`), with one
+precedence per key: command-line flag > environment (MAVJET_NATS, MAVJET_ENV)
+> config file > default. The CLI's argparse defaults are None, so "not given"
+is never confused with "given the default". Every error names the offending key.
+
+One MAVLink protocol config (`GatewayConfig.protocols`, built from
+`[commands]`) is used by every command the gateway sends to a vehicle, whether
+a TWIN_CMD command or a shadow reconciliation step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from drivers.mavlink.command import CommandConfig as MavCommandConfig
 from drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
+from drivers.mavlink.runner import ProtocolConfig
 from drivers.mavlink.transport import Endpoint
 from gateway.contract.errors import ConfigError
 from gateway.contract.natsconn import DEFAULT_NATS, NatsOptions
@@ -41,14 +50,19 @@ class VehicleConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommandConfig:
-    """TWIN_CMD consumer and MAVLink command protocol settings."""
+    """The `[commands]` table: TWIN_CMD consumer settings and the MAVLink command protocol settings.
+
+    The protocol settings (`ack_timeout_s`, `retries`, `in_progress_timeout_s`)
+    reach the protocol machines only through `protocols`, for TWIN_CMD commands
+    and shadow steps alike.
+    """
 
     ack_wait_s: float = 30.0
     max_deliver: int = 20
     backoff_s: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0)
-    ack_timeout_s: float = 1.5
-    retries: int = 3
-    in_progress_timeout_s: float = 30.0
+    ack_timeout_s: float = 1.5  # MAVLink: wait this long for COMMAND_ACK before resending
+    retries: int = 3  # MAVLink: resends after the first send (the protocol's max_attempts is retries + 1)
+    in_progress_timeout_s: float = 30.0  # MAVLink: give up when IN_PROGRESS stops coming this long
     in_progress_interval_s: float = 5.0
     nak_delay_s: float = 2.0
     max_payload_bytes: int = 64 * 1024
@@ -76,6 +90,17 @@ class CommandConfig:
             raise ConfigError("commands.max_payload_bytes", "must be in [1024, 1048576]")
         if self.ledger_retention_s < 600:
             raise ConfigError("commands.ledger_retention_s", "must be >= 600 s (TWIN_CMD keeps commands 5 min)")
+
+    @property
+    def protocols(self) -> ProtocolConfig:
+        """The MAVLink protocol config these settings give; the only place `retries` becomes `max_attempts`."""
+        return ProtocolConfig(
+            command=MavCommandConfig(
+                ack_timeout_s=self.ack_timeout_s,
+                max_attempts=self.retries + 1,
+                in_progress_timeout_s=self.in_progress_timeout_s,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +164,11 @@ class GatewayConfig:
         if self.spool_max_events < 100:
             raise ConfigError("spool_max_events", "must be >= 100")
 
+    @property
+    def protocols(self) -> ProtocolConfig:
+        """The one MAVLink protocol config: every command sender (commands, shadow) uses this."""
+        return self.commands.protocols
+
 
 # -- building from TOML + CLI ---------------------------------------------
 
@@ -163,6 +193,36 @@ def _typed(key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(value, kind):
         raise ConfigError(key, f"expected {getattr(kind, '__name__', kind)}, got {type(value).__name__} {value!r}")
     return value
+
+
+_D = TypeVar("_D")
+
+
+def _section(section: str, cls: type[_D], raw: Mapping[str, Any]) -> _D:
+    """Build a config table's dataclass, checking each value against its field's default type."""
+    _check_keys(section, raw, {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in raw:
+            continue
+        key, value = f"{section}.{f.name}", raw[f.name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if isinstance(default, bool):
+            kw[f.name] = _typed(key, value, bool)
+        elif isinstance(default, int):
+            kw[f.name] = _typed(key, value, int)
+        elif isinstance(default, float):
+            kw[f.name] = float(_typed(key, value, (int, float)))
+        elif isinstance(default, tuple):
+            kw[f.name] = tuple(float(_typed(key, v, (int, float))) for v in _typed(key, value, (list, tuple)))
+        elif isinstance(default, dict):
+            kw[f.name] = dict(_typed(key, value, dict))
+        else:
+            kw[f.name] = value
+    try:
+        return cls(**kw)
+    except TypeError as exc:  # a value the checks above let through; still name the table
+        raise ConfigError(section, str(exc)) from exc
 
 
 def parse_vehicle(spec: str) -> VehicleConfig:
@@ -231,17 +291,15 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     )
 
     link_raw = dict(_typed("link", raw.get("link", {}), dict))
-    link_fields = set(LinkConfig.__dataclass_fields__)
-    _check_keys("link", link_raw, link_fields)
     if "streams_hz" in link_raw:
         streams = dict(DEFAULT_STREAMS_HZ)
-        streams.update(_typed("link.streams_hz", link_raw["streams_hz"], dict))
+        streams.update(
+            {name: float(_typed(f"link.streams_hz.{name}", hz, (int, float)))
+             for name, hz in _typed("link.streams_hz", link_raw["streams_hz"], dict).items()}
+        )
         link_raw["streams_hz"] = streams
-
-    cmd_raw = dict(_typed("commands", raw.get("commands", {}), dict))
-    _check_keys("commands", cmd_raw, set(CommandConfig.__dataclass_fields__))
-    if "backoff_s" in cmd_raw:
-        cmd_raw["backoff_s"] = tuple(cmd_raw["backoff_s"])
+    link = _section("link", LinkConfig, link_raw)
+    commands = _section("commands", CommandConfig, _typed("commands", raw.get("commands", {}), dict))
 
     metrics_raw = _typed("metrics", raw.get("metrics", {}), dict)
     _check_keys("metrics", metrics_raw, {"host", "port"})
@@ -261,13 +319,60 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     if cli_nats is not None:
         nats_kw.update({k: v for k, v in cli_nats.items() if v is not None})
     kw.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        link = LinkConfig(**link_raw)
-        commands = CommandConfig(**cmd_raw)
-    except TypeError as exc:
-        raise ConfigError("link", str(exc)) from exc
     shadow = ShadowConfig.from_toml(_typed("shadow", raw.get("shadow", {}), dict))
     return GatewayConfig(
         vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands,
         shadow=shadow, **kw,
+    )
+
+
+# -- the one place every source meets ---------------------------------------
+
+ENV_NATS = "MAVJET_NATS"
+ENV_ENV = "MAVJET_ENV"
+
+
+def load_toml(path: Path | None) -> dict[str, Any]:
+    """The config file's mapping (empty without a file); errors name `--config`."""
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError("--config", f"{path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
+
+
+def _servers(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
+    """flag > environment > file > default, per key.
+
+    `flags` holds the command line's values with None for "not given" (the
+    daemon's argparse defaults are None): `nats`, `env`, `creds`, `tls_ca`,
+    `tls_cert`, `tls_key`, `vehicle` (a list of VID=ENDPOINT), `metrics_port`,
+    `metrics_host`, `state_dir`, `instance`, `uvloop`. Other keys are ignored.
+    """
+    nats_flag = flags.get("nats")
+    servers = nats_flag if nats_flag is not None else environ.get(ENV_NATS)
+    env = flags.get("env")
+    if env is None:
+        env = environ.get(ENV_ENV)
+    return build_config(
+        raw,
+        vehicles=[parse_vehicle(v) for v in flags.get("vehicle") or ()],
+        nats={
+            "servers": _servers(servers) if servers is not None else None,
+            "creds_file": flags.get("creds"), "tls_ca": flags.get("tls_ca"),
+            "tls_cert": flags.get("tls_cert"), "tls_key": flags.get("tls_key"),
+        },
+        env=env,
+        metrics_port=flags.get("metrics_port"),
+        metrics_host=flags.get("metrics_host"),
+        state_dir=flags.get("state_dir"),
+        instance=flags.get("instance"),
+        uvloop=flags.get("uvloop"),
     )

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-import tomllib
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,12 @@ from anyio.abc import TaskGroup
 from drivers.mavlink.dialect import fastcrc_available
 from drivers.mavlink.udphub import UdpHub
 from gateway import logs
-from gateway.config import GatewayConfig, build_config, parse_vehicle
+from gateway.config import GatewayConfig, load_toml, resolve_config
 from gateway.contract import natsconn
-from gateway.contract.errors import ConfigError, MavjetError
+from gateway.contract.errors import MavjetError
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
+from gateway.services import GatewayService, ServiceContext
 from gateway.spool import Spool
 from gateway.vehicle import VehicleTwin
 
@@ -53,17 +54,22 @@ class Gateway:
         for v in cfg.vehicles:
             if v.endpoint.scheme == "udp" and v.sysid is not None and str(v.endpoint) not in self.hubs:
                 self.hubs[str(v.endpoint)] = UdpHub(v.endpoint)
+        # Twins with a new sample since the last tick: the ticker visits only these.
+        self._dirty: set[VehicleTwin] = set()
         self.twins = {
-            v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics, hub=self.hubs.get(str(v.endpoint)))
+            v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics, hub=self.hubs.get(str(v.endpoint)),
+                               on_fresh=self._dirty.add)
             for v in cfg.vehicles
         }
-        self.metrics.watch_links(lambda: [t.link for t in self.twins.values()])
+        self.metrics.watch_sessions(lambda: [t.session for t in self.twins.values()])
         self.metrics_port: int | None = None
         self.ready = anyio.Event()
         self.stopping = anyio.Event()
         self._stop_reason = "stopped"
         self._notifier: Any = None
-        self.extensions: list[Any] = []  # objects with `async run(gateway, task_status)`; commands, shadow
+        # Commands, shadow: started once the links are, cancelled at shutdown.
+        self.services: list[GatewayService] = []
+        self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics)
 
     def request_stop(self, reason: str = "stopped") -> None:
         self._stop_reason = reason
@@ -72,9 +78,7 @@ class Gateway:
     async def _ticker(self) -> None:
         """One wake-up per tick for the whole fleet: publish what is fresh and due."""
         twins = list(self.twins.values())
-        dirty: set[VehicleTwin] = set()
-        for twin in twins:
-            twin.on_fresh = dirty.add
+        dirty = self._dirty
         link_hz = self.cfg.rates_hz.get("link")
         link_every_ns = int(1e9 / link_hz) if link_hz else None
         next_link_ns = time.time_ns()
@@ -118,17 +122,12 @@ class Gateway:
         with anyio.move_on_after(self.cfg.startup_timeout_s):
             async with anyio.create_task_group() as tg:
                 for twin in self.twins.values():
-                    tg.start_soon(twin.link.wait_ready, name=f"vehicle[{twin.vid}].wait_ready")
-        not_up = [t.vid for t in self.twins.values() if not t.link.is_up]
+                    tg.start_soon(twin.session.wait_ready, name=f"vehicle[{twin.vid}].wait_ready")
+        not_up = [t.vid for t in self.twins.values() if not t.session.is_up]
         if not_up:
             log.warning("startup_links_not_ready", vehicles=not_up, waited_s=self.cfg.startup_timeout_s)
         log.info("gateway_ready", vehicles=len(self.twins), nats=self.publisher.is_connected,
                  metrics_port=self.metrics_port)
-        # Everything allocated so far lives for the whole run: keep it out of
-        # the collector's way. The hot path allocates short-lived, acyclic
-        # objects (messages, payloads), so young collections can run less often.
-        gc.freeze()
-        gc.set_threshold(20_000, 20, 20)
         self.ready.set()
         if self._notifier is not None:
             self._notifier.ready()
@@ -151,8 +150,10 @@ class Gateway:
                         await intake.start(twin.run, name=f"vehicle[{twin.vid}].link")
                     intake.start_soon(self._ticker, name="gateway.state_ticker")
                     intake.start_soon(self._watchdog, name="gateway.watchdog")
-                    for ext in self.extensions:
-                        intake.start_soon(ext.run, self, name=f"gateway.{type(ext).__name__}")
+                    # start_soon, not start: startup must not wait for a service
+                    # (a service waiting for NATS would hold the links' readiness).
+                    for svc in self.services:
+                        intake.start_soon(svc.run, self.context, name=f"gateway.{type(svc).__name__}")
                     await self._startup()
                     await self.stopping.wait()
                     for twin in self.twins.values():
@@ -181,16 +182,34 @@ def with_services(gw: Gateway, *, commands: bool = True, shadow: bool = True) ->
     if commands:
         from gateway.commands.consumer import CommandService
 
-        gw.extensions.append(CommandService())
+        gw.services.append(CommandService())
     if shadow:
         from gateway.shadow.service import ShadowService
 
-        gw.extensions.append(ShadowService(gw.cfg.shadow))
+        gw.services.append(ShadowService(gw.cfg.shadow, protocols=gw.cfg.protocols))
     return gw
+
+
+def tune_gc() -> None:
+    """Process-wide collector settings for a gateway process, applied once it is ready.
+
+    Called by the process entry (`serve`) and the benchmarks, never by
+    `Gateway` itself: tests run many gateways in one process and must not
+    inherit a frozen heap. Everything allocated by startup lives for the whole
+    run, so it is kept out of the collector's way; the hot path allocates
+    short-lived, acyclic objects (messages, payloads), so young collections
+    can run less often.
+    """
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = True) -> int:
     gw = with_services(Gateway(cfg), commands=commands, shadow=shadow)
+
+    async def tune_gc_when_ready() -> None:
+        await gw.ready.wait()
+        tune_gc()
 
     async def on_signals() -> None:
         # Keep receiving for the whole run: a second SIGTERM during shutdown
@@ -206,6 +225,7 @@ async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = Tru
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(on_signals, name="gateway.signals")
+        tg.start_soon(tune_gc_when_ready, name="gateway.tune_gc")
         await gw.run()
         tg.cancel_scope.cancel()
     return 0
@@ -220,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         "udpout:HOST:PORT, serial:/dev/ttyACM0:115200. Config keys: docs/config.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    natsconn.add_nats_arguments(p)
+    natsconn.add_nats_arguments(p, env_defaults=False)  # resolved with the config file: resolve_config
     p.add_argument("--vehicle", action="append", default=[], metavar="VID=ENDPOINT",
                    help="a vehicle to serve (repeatable); overrides the config file's entry with the same VID")
     p.add_argument("--config", type=Path, help="TOML config file (see deploy/gateway.example.toml)")
@@ -236,32 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> GatewayConfig:
-    raw: dict[str, Any] = {}
-    if args.config is not None:
-        try:
-            raw = tomllib.loads(args.config.read_text())
-        except FileNotFoundError as exc:
-            raise ConfigError("--config", f"{args.config} does not exist") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("--config", f"{args.config} is not valid TOML: {exc}") from exc
-    nats_given = "--nats" in sys.argv or args.config is None or "MAVJET_NATS" in os.environ
-    nats_over = {
-        "servers": tuple(s.strip() for s in args.nats.split(",") if s.strip()) if nats_given else None,
-        "creds_file": args.creds, "tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
-    }
-    env_given = "--env" in sys.argv or "MAVJET_ENV" in os.environ or "env" not in raw
-    return build_config(
-        raw,
-        vehicles=[parse_vehicle(v) for v in args.vehicle],
-        nats=nats_over,
-        env=args.env if env_given else None,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        state_dir=args.state_dir,
-        instance=args.instance,
-        uvloop=args.uvloop,
-    )
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> GatewayConfig:
+    """flag > environment > file > default, resolved in `gateway.config.resolve_config`."""
+    return resolve_config(load_toml(args.config), flags=vars(args), environ=environ)
 
 
 def main(argv: list[str]) -> int:

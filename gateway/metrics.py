@@ -2,13 +2,13 @@
 
 Hot-path counters (messages by type, CRC errors, sequence gaps) are not
 incremented per message: the codec already counts them, and a collector reads
-those counts at scrape time. Each gateway gets its own registry so several can
+those counts through each vehicle's session (`Session.health()`) at scrape
+time. Each gateway gets its own registry so several can
 run in one process (tests, benchmarks).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -16,12 +16,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from drivers.mavlink.link import LinkState
+from drivers.mavlink.session import Session
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class _LinkCollector(Collector):
-    def __init__(self, links: Callable[[], Iterable[Any]]) -> None:
-        self._links = links
+    def __init__(self, sessions: Callable[[], Iterable[Session]]) -> None:
+        self._sessions = sessions
 
     def collect(self) -> Iterator[Any]:
         msgs = CounterMetricFamily("mavjet_mavlink_messages", "MAVLink messages received", labels=["vid", "type"])
@@ -30,17 +33,16 @@ class _LinkCollector(Collector):
         gaps = CounterMetricFamily("mavjet_mavlink_seq_gaps", "MAVLink frames missing by sequence number", labels=["vid"])
         up = GaugeMetricFamily("mavjet_link_up", "1 while heartbeats arrive from the vehicle", labels=["vid"])
         age = GaugeMetricFamily("mavjet_heartbeat_age_seconds", "Seconds since the last vehicle heartbeat", labels=["vid"])
-        now = time.monotonic()
-        for link in self._links():
-            vid = link.name
-            st = link.codec.stats
-            for t, n in list(st.by_type.items()):
+        for session in self._sessions():
+            vid = session.name
+            h = session.health()
+            for t, n in list(h.by_type.items()):
                 msgs.add_metric([vid, t], n)
-            crc.add_metric([vid], st.crc_errors)
-            bad.add_metric([vid], st.bad_data + st.unknown)
-            gaps.add_metric([vid], st.seq_gaps)
-            up.add_metric([vid], 1.0 if link.is_up else 0.0)
-            age.add_metric([vid], now - link.last_heartbeat_mono if link.last_heartbeat_mono else float("nan"))
+            crc.add_metric([vid], h.crc_errors)
+            bad.add_metric([vid], h.bad_data)
+            gaps.add_metric([vid], h.seq_gaps)
+            up.add_metric([vid], 1.0 if h.state is LinkState.UP else 0.0)
+            age.add_metric([vid], float("nan") if h.heartbeat_age_s is None else h.heartbeat_age_s)
         yield from (msgs, crc, bad, gaps, up, age)
 
 
@@ -69,8 +71,8 @@ class GatewayMetrics:
             registry=r,
         )
 
-    def watch_links(self, links: Callable[[], Iterable[Any]]) -> None:
-        self.registry.register(_LinkCollector(links))
+    def watch_sessions(self, sessions: Callable[[], Iterable[Session]]) -> None:
+        self.registry.register(_LinkCollector(sessions))
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on a daemon thread; returns the bound port."""

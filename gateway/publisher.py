@@ -9,6 +9,9 @@
   next tick carries a newer sample anyway.
 - Events go through the durable spool and are published oldest first with
   `Nats-Msg-Id`, so a republish after an outage is de-duplicated by the stream.
+  The in-memory hand-off to the spool writer is bounded: when the writer falls
+  behind (a stalled disk) the queue is written to the spool from the loop
+  itself, which blocks intake instead of losing events or growing memory.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from collections import deque
 from typing import Any
 
 import anyio
-import nats
 import structlog
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
@@ -27,6 +29,7 @@ from nats.js import JetStreamContext
 
 from drivers.mavlink.backoff import Backoff
 from gateway.config import GatewayConfig
+from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.spool import Spool
@@ -34,6 +37,10 @@ from gateway.spool import Spool
 log = structlog.get_logger("mavjet.nats")
 
 DRAIN_BATCH = 256
+# Events waiting for the spool writer. The writer takes the whole queue per
+# transaction, so the queue only grows while one write is slow; far above any
+# burst the vehicles produce (a burst is a few events per vehicle).
+MAX_PENDING_EVENTS = 10_000
 
 
 class Publisher:
@@ -45,6 +52,8 @@ class Publisher:
         self.js: JetStreamContext | None = None
         self.connected = anyio.Event()
         self._pending_events: deque[tuple[str, str, bytes]] = deque()
+        self.max_pending_events = MAX_PENDING_EVENTS
+        self.events_spilled = 0  # events written to the spool from the loop because the queue was full
         self._events_ready = anyio.Event()
         self._spool_ready = anyio.Event()
         self.latencies_ns: deque[int] = deque(maxlen=100_000)  # state receive->ack, for benchmarks
@@ -85,33 +94,23 @@ class Publisher:
     async def connect_forever(self) -> None:
         opts = self.cfg.nats
         backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)
-        kwargs: dict[str, Any] = {
-            "servers": list(opts.servers),
-            "name": f"mavjet-gateway/{self.cfg.instance}",
-            "connect_timeout": opts.connect_timeout_s,
-            "allow_reconnect": True,
-            "max_reconnect_attempts": -1,
-            "reconnect_time_wait": self.cfg.nats_backoff_initial_s,
-            "disconnected_cb": self._on_disconnected,
-            "reconnected_cb": self._on_reconnected,
-            "error_cb": self._on_error,
-            "pending_size": 8 * 1024 * 1024,
-        }
-        if opts.creds_file:
-            kwargs["user_credentials"] = opts.creds_file
-        tls = opts.tls_context()
-        if tls is not None:
-            kwargs["tls"] = tls
         while True:
             try:
-                async with asyncio.timeout(opts.connect_timeout_s * (len(opts.servers) + 1) + 1):
-                    nc = await nats.connect(**kwargs)
-            except Exception as exc:  # translate: every connect failure is "NATS unreachable"
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
+                nc = await natsconn.connect(
+                    opts,
+                    name=f"mavjet-gateway/{self.cfg.instance}",
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=self.cfg.nats_backoff_initial_s,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                    error_cb=self._on_error,
+                    pending_size=8 * 1024 * 1024,
+                )
+            except natsconn.NatsUnavailable as exc:
                 self.metrics.nats_connected.set(0)
                 delay = backoff.next_delay_s()
-                log.warning("nats_unreachable", servers=list(opts.servers), error=f"{type(exc).__name__}: {exc}",
+                log.warning("nats_unreachable", servers=list(opts.servers), error=exc.reason,
                             retry_in_s=round(delay, 2))
                 await anyio.sleep(delay)
                 continue
@@ -163,9 +162,7 @@ class Publisher:
             return
         try:
             fut = await js.publish_async(subject, payload, wait_stall=0.05, headers=self._state_headers)
-        except Exception as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+        except Exception:
             self.state_dropped += 1
             self._m_state_dropped.inc()
             return
@@ -175,21 +172,38 @@ class Publisher:
 
     # -- events ------------------------------------------------------------
     def enqueue_event(self, subject: str, msg_id: str, payload: bytes) -> None:
-        """Hot-path safe: hand an event to the spool writer (no I/O here)."""
+        """Hot-path safe: hand an event to the spool writer (no I/O here unless the queue is full)."""
         self._pending_events.append((subject, msg_id, payload))
         self._events_ready.set()
+        if len(self._pending_events) >= self.max_pending_events:
+            self._spill()
+
+    def _spill(self) -> None:
+        """The writer is behind: write the queue to the spool now, blocking the loop (nothing is lost).
+
+        Order holds: the spool's one worker thread runs writes in submission
+        order, and the queue holds only events newer than any write under way.
+        """
+        batch = list(self._pending_events)
+        self._pending_events.clear()
+        self.events_spilled += len(batch)
+        self.metrics.errors.labels(where="event_queue_full").inc()
+        log.warning("event_queue_full_spilled", events=len(batch), bound=self.max_pending_events)
+        self._spooled(self.spool.append_sync(batch))
+
+    def _spooled(self, dropped: int) -> None:
+        if dropped:
+            self.metrics.spool_dropped.inc(dropped)
+            log.error("spool_full_dropped_oldest", dropped=dropped, bound=self.spool.max_entries)
+        self.metrics.spool_depth.set(self.spool.depth)
+        self._spool_ready.set()
 
     async def flush_pending_to_spool(self) -> None:
         if not self._pending_events:
             return
         batch = list(self._pending_events)
         self._pending_events.clear()
-        dropped = await self.spool.append(batch)
-        if dropped:
-            self.metrics.spool_dropped.inc(dropped)
-            log.error("spool_full_dropped_oldest", dropped=dropped, bound=self.spool.max_entries)
-        self.metrics.spool_depth.set(self.spool.depth)
-        self._spool_ready.set()
+        self._spooled(await self.spool.append(batch))
 
     async def spool_writer(self) -> None:
         while True:
@@ -214,13 +228,11 @@ class Publisher:
             last_ok = None
             t0 = time.monotonic()
             try:
-                async with asyncio.timeout(self.cfg.publish_timeout_s):
+                with anyio.fail_after(self.cfg.publish_timeout_s):
                     for e, fut in zip(batch, futs, strict=True):
                         await fut
                         last_ok = e.rowid
             except Exception as exc:
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
                 self.metrics.publishes.labels(kind="event", result="error").inc()
                 log.warning("event_publish_failed", error=f"{type(exc).__name__}: {exc}", spooled=self.spool.depth)
                 for f in futs:
@@ -246,9 +258,7 @@ class Publisher:
             try:
                 await self.drain_spool_once()
                 backoff.reset()
-            except Exception as exc:
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
+            except Exception:
                 self._spool_ready.set()
                 await anyio.sleep(backoff.next_delay_s())
 

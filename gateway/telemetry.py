@@ -15,16 +15,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import ModeTable, flavour_of, is_autopilot_heartbeat, table_for
-
-MavMessage = Any
+from drivers.mavlink.autopilot import is_airborne, is_autopilot_heartbeat
+from drivers.mavlink.dialect import MavMessage, mavlink2
+from drivers.mavlink.modes import ModeTable, flavour_of, table_for
 
 SEVERITY_NAMES = ("emergency", "alert", "critical", "error", "warning", "notice", "info", "debug")
 _ARMED = mavlink2.MAV_MODE_FLAG_SAFETY_ARMED
 _FAILSAFE_STATES = (mavlink2.MAV_STATE_CRITICAL, mavlink2.MAV_STATE_EMERGENCY)
 _ON_GROUND = mavlink2.MAV_LANDED_STATE_ON_GROUND
-_AIRBORNE = (mavlink2.MAV_LANDED_STATE_IN_AIR, mavlink2.MAV_LANDED_STATE_TAKEOFF, mavlink2.MAV_LANDED_STATE_LANDING)
 _FAILSAFE_WORDS = (
     ("battery", "battery"), ("gcs", "gcs"), ("radio", "radio"), ("throttle", "radio"),
     ("ekf", "ekf"), ("fence", "geofence"), ("crash", "crash"),
@@ -61,7 +59,7 @@ class _Flight:
 
 
 @dataclass(slots=True)
-class VehicleModel:
+class TelemetryModel:
     """Everything the gateway knows about one vehicle, updated message by message."""
 
     vid: str
@@ -98,7 +96,11 @@ class VehicleModel:
     _flight: _Flight = field(default_factory=_Flight)
     _seen_extended_state: bool = False
     _id_counts: dict[tuple[str, int], int] = field(default_factory=dict)
-    messages: int = 0
+
+    @property
+    def last_boot_ms(self) -> int:
+        """The autopilot's boot clock at the newest SYSTEM_TIME (0 before one); going backwards means a reboot."""
+        return self._last_boot_ms
 
     # -- helpers -----------------------------------------------------------
     def _time(self, boot_ms: int | None, recv_ns: int) -> int:
@@ -149,7 +151,6 @@ class VehicleModel:
 
     # -- the hot path ------------------------------------------------------
     def update(self, msg: MavMessage, recv_ns: int) -> None:
-        self.messages += 1
         handler = _HANDLERS.get(msg._type)
         if handler is not None:
             handler(self, msg, recv_ns)
@@ -179,7 +180,7 @@ class VehicleModel:
             else:
                 # ArduPilot disarms at touchdown, often before the next 1 Hz
                 # EXTENDED_SYS_STATE says ON_GROUND: land first, then disarm.
-                if self.landed_state in _AIRBORNE and (self.alt_m is None or self.alt_m < 2.0):
+                if is_airborne(self.landed_state) and (self.alt_m is None or self.alt_m < 2.0):
                     self._landed_transition(_ON_GROUND, recv_ns)
                 f = self._flight
                 used = None
@@ -328,10 +329,10 @@ class VehicleModel:
         self.landed_state = new
         if prev == new or prev is None:
             return
-        if prev == _ON_GROUND and new in _AIRBORNE:
+        if prev == _ON_GROUND and is_airborne(new):
             self._flight.takeoff_at_ns = t_ns
             self.emit("takeoff", t_ns)
-        elif prev in _AIRBORNE and new == _ON_GROUND:
+        elif is_airborne(prev) and new == _ON_GROUND:
             f = self._flight
             self.emit(
                 "landed", t_ns, max_alt_m=round(f.max_alt_m, 2), distance_m=round(f.distance_m, 1),
@@ -378,18 +379,18 @@ class VehicleModel:
 
 
 _HANDLERS = {
-    "HEARTBEAT": VehicleModel._heartbeat,
-    "GLOBAL_POSITION_INT": VehicleModel._global_position,
-    "ATTITUDE": VehicleModel._attitude,
-    "VFR_HUD": VehicleModel._vfr_hud,
-    "SYS_STATUS": VehicleModel._sys_status,
-    "BATTERY_STATUS": VehicleModel._battery_status,
-    "GPS_RAW_INT": VehicleModel._gps_raw,
-    "EXTENDED_SYS_STATE": VehicleModel._extended_sys_state,
-    "HOME_POSITION": VehicleModel._home_position,
-    "SYSTEM_TIME": VehicleModel._system_time,
-    "STATUSTEXT": VehicleModel._statustext,
-    "MISSION_ITEM_REACHED": VehicleModel._mission_item_reached,
-    "MISSION_CURRENT": VehicleModel._mission_current,
-    "FENCE_STATUS": VehicleModel._fence_status,
+    "HEARTBEAT": TelemetryModel._heartbeat,
+    "GLOBAL_POSITION_INT": TelemetryModel._global_position,
+    "ATTITUDE": TelemetryModel._attitude,
+    "VFR_HUD": TelemetryModel._vfr_hud,
+    "SYS_STATUS": TelemetryModel._sys_status,
+    "BATTERY_STATUS": TelemetryModel._battery_status,
+    "GPS_RAW_INT": TelemetryModel._gps_raw,
+    "EXTENDED_SYS_STATE": TelemetryModel._extended_sys_state,
+    "HOME_POSITION": TelemetryModel._home_position,
+    "SYSTEM_TIME": TelemetryModel._system_time,
+    "STATUSTEXT": TelemetryModel._statustext,
+    "MISSION_ITEM_REACHED": TelemetryModel._mission_item_reached,
+    "MISSION_CURRENT": TelemetryModel._mission_current,
+    "FENCE_STATUS": TelemetryModel._fence_status,
 }

@@ -1,16 +1,22 @@
-"""One vehicle's twin inside the gateway: link + telemetry model + publishing.
+"""One vehicle's twin inside the gateway: session + telemetry model + publishing.
 
 The link calls `on_messages` synchronously for every batch it decodes; that
 is the hot path (model update, event hand-off). State publishing happens on
 the daemon's shared ticker: `collect_due` gathers channels with a new sample
-whose rate interval has passed (PERFORMANCE.md: decimate, never forward every
-MAVLink message), `publish_link` sends the gateway-computed link channel.
-A fresh sample waits at most one tick, so decimation adds little latency.
+whose rate interval has passed (decimate, never forward every MAVLink
+message: a vehicle sends far more than any consumer wants, and each publish
+costs more than the decode), `publish_link` sends the gateway-computed link
+channel. A fresh sample waits at most one tick, so decimation adds little
+latency.
+
+To services the twin is a `gateway.services.VehicleHandle`: its MAVLink
+session, a read-only telemetry view, its event stream and `publish_event`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -18,7 +24,9 @@ import structlog
 from anyio.abc import TaskStatus
 
 from drivers.mavlink.backoff import Backoff
+from drivers.mavlink.dialect import MavMessage
 from drivers.mavlink.link import LinkState, MavlinkLink
+from drivers.mavlink.session import VehicleSession
 from drivers.mavlink.transport import Transport
 from drivers.mavlink.udphub import UdpHub
 from gateway.config import GatewayConfig, VehicleConfig
@@ -26,19 +34,20 @@ from gateway.contract import envelope
 from gateway.contract.subjects import event_subject, state_subject
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
-from gateway.telemetry import Event, VehicleModel
+from gateway.services import EventBus, EventHandler
+from gateway.telemetry import Event, TelemetryModel
 
 log = structlog.get_logger("mavjet.vehicle")
 
 
 class VehicleTwin:
     def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
-                 *, hub: UdpHub | None = None) -> None:
+                 *, hub: UdpHub | None = None, on_fresh: Callable[[VehicleTwin], None] | None = None) -> None:
         self.vid = vcfg.vid
         self.cfg = cfg
         self.publisher = publisher
         self.metrics = metrics
-        self.model = VehicleModel(vid=vcfg.vid)
+        self.model = TelemetryModel(vid=vcfg.vid)
         factory = None
         if hub is not None and vcfg.sysid is not None:
             sysid = vcfg.sysid
@@ -51,6 +60,8 @@ class VehicleTwin:
             on_messages=self.on_messages, on_state=self.on_link_state,
             transport_factory=factory, expected_sysid=vcfg.sysid,
         )
+        self.session = VehicleSession(self.link, protocols=cfg.protocols, flight_state=self.model)
+        self.events = EventBus(vcfg.vid)
         self.recv_ns: dict[str, int] = {}
         # The full interval: publish times follow a fixed schedule (see
         # collect_due), so tick jitter does not lower the rate and the
@@ -59,18 +70,18 @@ class VehicleTwin:
         self._last_pub_ns: dict[str, int] = {}  # per channel: earliest next publish (ns)
         self.fresh: set[str] = set()
         self._next_due_ns = 0  # earliest time a fresh channel may go out; 0: check now
-        self.on_fresh: Any = None  # set by the daemon: called with self when a channel gets a new sample
+        # The daemon's ticker: told (with self) when a channel gets a new sample.
+        self.on_fresh = on_fresh
         self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
         self._lost_at_mono: float | None = None
         self._was_up = False
         self._last_msgs = 0
         self._last_link_pub_mono = time.monotonic()
-        self.on_event_hooks: list[Any] = []
         self._error_logged: dict[str, float] = {}
         self.closing = False  # set at shutdown: our own disconnect is not a lost link
 
     # -- hot path ----------------------------------------------------------
-    def on_messages(self, msgs: list[Any], recv_ns: int) -> None:
+    def on_messages(self, msgs: list[MavMessage], recv_ns: int) -> None:
         model = self.model
         update = model.update
         try:
@@ -87,7 +98,19 @@ class VehicleTwin:
             if self.on_fresh is not None:
                 self.on_fresh(self)
         if model.events:
-            self._publish_events(model.drain_events())
+            self.publish_events(model.drain_events())
+
+    # -- VehicleHandle -----------------------------------------------------
+    @property
+    def flavour(self) -> str:
+        return self.model.flavour
+
+    @property
+    def telemetry(self) -> TelemetryModel:
+        return self.model
+
+    def subscribe(self, handler: EventHandler) -> Callable[[], None]:
+        return self.events.subscribe(handler)
 
     def report_error(self, where: str) -> None:
         """Count an error and log it with its traceback, at most every 10 s per vehicle and place."""
@@ -97,18 +120,24 @@ class VehicleTwin:
             self._error_logged[where] = now
             log.exception(f"{where}_failed", vehicle=self.vid)
 
-    def _publish_events(self, events: list[Event]) -> None:
-        for ev in events:
-            self.metrics.events.labels(type=ev.type).inc()
-            payload = envelope.pack(self.vid, ev.time_ns, ev.data)
+    def publish_event(self, ev: Event, *, payload: bytes | None = None, enqueue: bool = True) -> None:
+        """Count the event, enqueue it for JetStream (unless the caller spooled it), tell subscribers."""
+        self.metrics.events.labels(type=ev.type).inc()
+        if enqueue:
+            if payload is None:
+                payload = envelope.pack(self.vid, ev.time_ns, ev.data)
             self.publisher.enqueue_event(event_subject(self.cfg.env, self.vid, ev.type), ev.msg_id, payload)
-            for hook in self.on_event_hooks:
-                hook(ev)
+        if self.events:
+            self.events.publish(ev)
+
+    def publish_events(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            self.publish_event(ev)
 
     def emit(self, etype: str, **data: Any) -> None:
         """Emit a gateway-side event (link, command results, shadow) with the vehicle snapshot."""
         self.model.emit(etype, time.time_ns(), **data)
-        self._publish_events(self.model.drain_events())
+        self.publish_events(self.model.drain_events())
 
     def on_link_state(self, old: LinkState, new: LinkState) -> None:
         if self.closing:
@@ -122,28 +151,29 @@ class VehicleTwin:
             self._was_up = True
             self._lost_at_mono = None
         elif old is LinkState.UP:
-            self._lost_at_mono = self.link.last_heartbeat_mono or now
-            age = now - self.link.last_heartbeat_mono if self.link.last_heartbeat_mono else None
+            last_hb = self.session.last_heartbeat_mono
+            self._lost_at_mono = last_hb or now
+            age = now - last_hb if last_hb else None
             self.emit("link_lost", heartbeat_age_s=None if age is None else round(age, 2))
 
     # -- ticker ------------------------------------------------------------
     def link_channel(self) -> dict[str, Any]:
         now = time.monotonic()
-        st = self.link.codec.stats
+        h = self.session.health()
         dt = max(1e-3, now - self._last_link_pub_mono)
-        rate = (st.messages_in - self._last_msgs) / dt
-        self._last_msgs, self._last_link_pub_mono = st.messages_in, now
-        hb = self.link.last_heartbeat_mono
+        rate = (h.messages_in - self._last_msgs) / dt
+        self._last_msgs, self._last_link_pub_mono = h.messages_in, now
+        age = h.heartbeat_age_s
         return {
-            "state": self.link.state.value,
-            "endpoint": str(self.link.endpoint),
-            "heartbeat_age_s": round(now - hb, 3) if hb else None,
+            "state": h.state.value,
+            "endpoint": h.endpoint,
+            "heartbeat_age_s": None if age is None else round(age, 3),
             "msgs_per_s": round(rate, 1),
-            "messages": st.messages_in,
-            "crc_errors": st.crc_errors,
-            "bad_data": st.bad_data + st.unknown,
-            "seq_gaps": st.seq_gaps,
-            "connects": self.link.stats.connects,
+            "messages": h.messages_in,
+            "crc_errors": h.crc_errors,
+            "bad_data": h.bad_data,
+            "seq_gaps": h.seq_gaps,
+            "connects": h.connects,
             "gateway": self.cfg.instance,
         }
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.framer import Framer
-
-MavMessage = Any
 
 # MAVLink component id of an onboard computer (MAV_COMP_ID_ONBOARD_COMPUTER).
 GATEWAY_COMPONENT_ID = 191
@@ -25,7 +22,6 @@ GATEWAY_SYSTEM_ID = 245
 
 @dataclass(slots=True)
 class CodecStats:
-    bytes_in: int = 0
     messages_in: int = 0
     crc_errors: int = 0
     bad_data: int = 0  # bytes skipped as garbage
@@ -56,7 +52,6 @@ class MavCodec:
     def feed(self, data: bytes) -> list[MavMessage]:
         """Parse `data`; return the valid messages it completes, in order."""
         stats = self.stats
-        stats.bytes_in += len(data)
         framer = self._framer
         try:
             parsed = framer.feed(data)

@@ -26,13 +26,9 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
-
+from drivers.mavlink.dialect import MavMessage, mavlink2
 from gateway.contract.errors import ConfigError
-
-MavMessage = Any
 
 MAV_CMD_COMPONENT_ARM_DISARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM
 MAV_RESULT_ACCEPTED = mavlink2.MAV_RESULT_ACCEPTED

@@ -20,8 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
-
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import FENCE, MissionItem
 from drivers.mavlink.plan import (
     FENCE_CIRCLE_EXCLUSION,

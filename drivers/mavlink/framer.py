@@ -2,7 +2,7 @@
 
 pymavlink's parser walks the buffer a byte at a time through several method
 calls and re-checks everything in `decode()`; on this machine that is
-~186k msgs/s for a core (PERFORMANCE.md). Framing here slices whole frames out
+~186k msgs/s for a core on the reference machine. Framing here slices whole frames out
 of the buffer, checks the CRC with fastcrc in one call and, for messages with
 no array or string fields (the telemetry hot path: HEARTBEAT,
 GLOBAL_POSITION_INT, ATTITUDE, ...), unpacks and builds the same pymavlink

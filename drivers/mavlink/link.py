@@ -1,11 +1,12 @@
-"""A live MAVLink link to one vehicle: the real `MavPort` and `AutopilotDriver`.
+"""A live MAVLink link to one vehicle: the real `MavPort`.
 
 It owns the transport (reconnecting with capped, jittered backoff), the codec,
 the gateway's 1 Hz HEARTBEAT as an onboard controller, the stream requests
 (SET_MESSAGE_INTERVAL, with REQUEST_DATA_STREAM as the fallback ArduPilot SITL
 needs), and link-loss detection by heartbeat timeout. Decoded messages go to
 one synchronous callback in batches (the hot path) and to any bounded
-listeners (protocol runners).
+listeners (protocol runners). The gateway does not use a link directly: it
+talks to the vehicle's `drivers.mavlink.session.Session`, which owns the link.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.backoff import Backoff
-from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, MavCodec, MavMessage
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import is_autopilot_heartbeat
+from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, MavCodec
+from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.transport import Endpoint, Transport, open_transport
 from gateway.contract.errors import ConfigError, LinkError
 
@@ -89,7 +90,7 @@ class LinkConfig:
 
 
 @dataclass(slots=True)
-class LinkStats:
+class LinkCounters:
     connects: int = 0
     disconnects: int = 0
     listener_drops: int = 0
@@ -123,7 +124,7 @@ class MavlinkLink:
         # A shared port (drivers/mavlink/udphub.py) supplies its own transport,
         # and the vehicle's system id is known in advance.
         self.transport_factory = transport_factory
-        self.stats = LinkStats()
+        self.stats = LinkCounters()
         self.state = LinkState.CONNECTING
         self._on_messages = on_messages
         self._on_state = on_state

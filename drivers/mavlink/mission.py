@@ -24,14 +24,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
-
+from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.params import to_float32
 from gateway.contract.errors import ConfigError, ProtocolError
-
-MavMessage = Any
 
 MISSION = mavlink2.MAV_MISSION_TYPE_MISSION
 FENCE = mavlink2.MAV_MISSION_TYPE_FENCE

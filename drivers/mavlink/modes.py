@@ -45,7 +45,8 @@ _PLANE_TYPES = {
 _ROVER_TYPES = {mavlink2.MAV_TYPE_GROUND_ROVER, mavlink2.MAV_TYPE_SURFACE_BOAT}
 
 # Modes an autopilot enters on its own to protect the vehicle. A reconciler
-# must never switch away from these (DESIGN.md: never fight a failsafe).
+# must never switch away from these: fighting the autopilot's own failsafe
+# action could crash the vehicle it is trying to save.
 RECOVERY_MODES = frozenset(
     {"RTL", "LAND", "SMART_RTL", "AUTO_RTL", "QRTL", "QLAND", "BRAKE", "AUTO.RTL", "AUTO.LAND", "AUTO.PRECLAND"}
 )
@@ -65,7 +66,10 @@ class VehicleClass(StrEnum):
 
 class UnknownMode(MavjetError):
     def __init__(self, mode: str, known: list[str]) -> None:
-        super().__init__(f"unknown mode {mode!r}; this vehicle knows {', '.join(known)}")
+        if known:
+            super().__init__(f"unknown mode {mode!r}; this vehicle knows {', '.join(known)}")
+        else:
+            super().__init__(f"mode {mode!r}: the vehicle's modes are not known (no HEARTBEAT yet, or a generic autopilot)")
         self.mode = mode
         self.known = known
 
@@ -145,10 +149,3 @@ def vehicle_class_of(mav_type: int) -> VehicleClass:
 def table_for(autopilot: int, mav_type: int) -> ModeTable:
     return ModeTable(flavour=flavour_of(autopilot), vehicle_class=vehicle_class_of(mav_type))
 
-
-def is_autopilot_heartbeat(mav_type: int, autopilot: int) -> bool:
-    """True for a vehicle's flight controller, false for GCSs, gimbals, cameras..."""
-    return autopilot != mavlink2.MAV_AUTOPILOT_INVALID and mav_type not in (
-        mavlink2.MAV_TYPE_GCS, mavlink2.MAV_TYPE_ONBOARD_CONTROLLER, mavlink2.MAV_TYPE_GIMBAL,
-        mavlink2.MAV_TYPE_CAMERA, mavlink2.MAV_TYPE_ADSB, mavlink2.MAV_TYPE_ANTENNA_TRACKER,
-    )

@@ -18,13 +18,9 @@ import enum
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
 
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
-
+from drivers.mavlink.dialect import MavMessage, mavlink2
 from gateway.contract.errors import ConfigError, MavjetError
-
-MavMessage = Any
 
 PARAM_ID_MAX_LEN = 16
 

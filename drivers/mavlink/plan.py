@@ -29,8 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
-
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
 from gateway.contract.errors import MavjetError
 

@@ -8,11 +8,11 @@ real driver fit without inheritance.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-MavMessage = Any  # pymavlink's generated MAVLink_message subclasses are untyped
+from drivers.mavlink.dialect import MavMessage
 
 
 class MavPort(Protocol):

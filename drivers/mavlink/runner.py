@@ -16,14 +16,15 @@ arrives after the question (`heartbeat_wait_s`), before any retransmission.
 from __future__ import annotations
 
 import time
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from drivers.mavlink.autopilot import is_vehicle_heartbeat
 from drivers.mavlink.command import (
     CommandConfig,
     CommandOutcome,
@@ -33,6 +34,7 @@ from drivers.mavlink.command import (
     CommandState,
     heartbeat_armed,
 )
+from drivers.mavlink.dialect import MavMessage
 from drivers.mavlink.fence import Geofence
 from drivers.mavlink.mission import (
     FENCE,
@@ -64,12 +66,7 @@ from gateway.contract.errors import (
     ProtocolError,
 )
 
-MavMessage = Any
-
 OnProgress = Callable[[int | None], None]
-
-MAV_TYPE_GCS = 6
-MAV_AUTOPILOT_INVALID = 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -153,16 +150,6 @@ async def _drive(port: MavPort, machine: _Machine, rx: MemoryObjectReceiveStream
         await _send_all(port, out)
 
 
-def _is_autopilot_heartbeat(msg: MavMessage, port: MavPort) -> bool:
-    return bool(
-        msg.get_type() == "HEARTBEAT"
-        and msg.get_srcSystem() == port.target_system
-        and msg.get_srcComponent() == port.target_component
-        and msg.type != MAV_TYPE_GCS
-        and msg.autopilot != MAV_AUTOPILOT_INVALID
-    )
-
-
 # ---------------------------------------------------------------------------
 # commands
 
@@ -244,7 +231,7 @@ async def _drive_command(
             out = machine.on_message(msg, now)  # a late ACK still settles it
             if on_progress is not None and machine.in_progress_acks != seen:
                 on_progress(machine.progress)
-            if checking and not machine.done and _is_autopilot_heartbeat(msg, port):
+            if checking and not machine.done and is_vehicle_heartbeat(msg, port.target_system, port.target_component):
                 check_deadline = None
                 out = [*out, *machine.resolve_state_check(heartbeat_armed(msg), now)]
         if checking and not machine.done and check_deadline is not None and now >= check_deadline:
@@ -294,15 +281,20 @@ class TransferReport:
     elapsed_ms: float
 
 
-_transfer_locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
+@asynccontextmanager
+async def _held(lock: anyio.Lock | None) -> AsyncIterator[None]:
+    """Hold the vehicle's transfer lock, when the caller owns one.
 
-
-def _transfer_lock(port: MavPort) -> anyio.Lock:
-    """One mission transfer per vehicle at a time (an autopilot serves one; a second resets the first)."""
-    lock = _transfer_locks.get(port)
+    An autopilot serves one mission transfer at a time and a second one resets
+    the first, so a vehicle's transfers must be serialised. The lock belongs to
+    whoever owns the vehicle (drivers.mavlink.session.VehicleSession), not to
+    this module: the runners stay free of global state.
+    """
     if lock is None:
-        lock = _transfer_locks[port] = anyio.Lock()
-    return lock
+        yield
+    else:
+        async with lock:
+            yield
 
 
 async def _run_transfer(
@@ -348,23 +340,30 @@ async def _download(port: MavPort, mission_type: int, config: ProtocolConfig) ->
 
 
 async def upload_mission(
-    port: MavPort, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
+    port: MavPort,
+    items: Sequence[MissionItem],
+    mission_type: int = MISSION,
+    *,
+    config: ProtocolConfig = DEFAULT_CONFIG,
+    lock: anyio.Lock | None = None,
 ) -> TransferReport:
     """Upload `items` (seq 0..n-1) as `mission_type`; raises MissionRejected, MissionTimeout, ProtocolError."""
-    async with _transfer_lock(port):
+    async with _held(lock):
         return await _upload(port, items, mission_type, config)
 
 
 async def download_mission(
-    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
+    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
 ) -> list[MissionItem]:
     """Read the vehicle's `mission_type` items back."""
-    async with _transfer_lock(port):
+    async with _held(lock):
         return await _download(port, mission_type, config)
 
 
-async def clear_mission(port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG) -> None:
-    async with _transfer_lock(port):
+async def clear_mission(
+    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
+) -> None:
+    async with _held(lock):
         machine = MissionClear(
             target_system=_target(port),
             target_component=port.target_component,
@@ -387,7 +386,12 @@ class MissionMismatch(ProtocolError):
 
 
 async def upload_and_verify(
-    port: MavPort, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG
+    port: MavPort,
+    items: Sequence[MissionItem],
+    mission_type: int = MISSION,
+    *,
+    config: ProtocolConfig = DEFAULT_CONFIG,
+    lock: anyio.Lock | None = None,
 ) -> str:
     """Upload, download, compare digests; return the digest or raise MissionMismatch.
 
@@ -395,7 +399,7 @@ async def upload_and_verify(
     upload here: the download decides whether the vehicle holds the mission.
     """
     items = [it if it.mission_type == mission_type else replace(it, mission_type=mission_type) for it in items]
-    async with _transfer_lock(port):
+    async with _held(lock):
         try:
             await _upload(port, items, mission_type, config)
         except MissionTimeout as exc:
@@ -463,14 +467,16 @@ async def set_param(
 # geofence
 
 
-async def apply_geofence(port: MavPort, fence: Geofence, *, config: ProtocolConfig = DEFAULT_CONFIG) -> str:
+async def apply_geofence(
+    port: MavPort, fence: Geofence, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
+) -> str:
     """Upload and verify the FENCE zones, then set and confirm the fence parameters.
 
     Zones go first and the FENCE_ENABLE switch last, so a vehicle never
     enforces a half-written fence. Returns the zones' digest.
     """
     items = fence.items()
-    fence_digest = await upload_and_verify(port, items, FENCE, config=config)
+    fence_digest = await upload_and_verify(port, items, FENCE, config=config, lock=lock)
     params = fence.params()
     enable = params.pop("FENCE_ENABLE")
     for name, value in params.items():

@@ -3,8 +3,8 @@
 Transports only move bytes; framing is the codec's job. Each `recv()` returns
 everything that is ready (a TCP read of up to 64 KiB, or every queued UDP
 datagram drained until EAGAIN) because event-loop wake-ups, not bytes, are
-what limit a Python gateway (PERFORMANCE.md: one datagram per wake-up
-collapses at ~13k msgs/s).
+what limit a Python gateway: reading one datagram per wake-up collapses at
+about 13k msgs/s.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+import anyio
 
 from gateway.contract.errors import ConfigError, LinkError
 
@@ -178,10 +180,9 @@ class TcpTransport:
     async def aclose(self) -> None:
         self._transport.close()
         if not self._inbox.closed.done():
-            try:
-                async with asyncio.timeout(2.0):
-                    await asyncio.shield(self._inbox.closed)
-            except TimeoutError:
+            with anyio.move_on_after(2.0) as scope:
+                await asyncio.shield(self._inbox.closed)
+            if scope.cancelled_caught:
                 self._transport.abort()
 
 
@@ -285,7 +286,7 @@ async def open_transport(endpoint: Endpoint, *, connect_timeout_s: float) -> Tra
     try:
         if endpoint.scheme == "tcp":
             loop = asyncio.get_running_loop()
-            async with asyncio.timeout(connect_timeout_s):
+            with anyio.fail_after(connect_timeout_s):
                 tr, proto = await loop.create_connection(_TcpProtocol, endpoint.host, endpoint.port)
             sock = tr.get_extra_info("socket")
             if sock is not None:

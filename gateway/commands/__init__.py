@@ -1,15 +1,19 @@
-"""Commands through TWIN_CMD: the gateway side of DESIGN.md (Commands).
+"""Commands through TWIN_CMD: the gateway side (docs/commands.md).
 
-- `catalogue` — pure: command names, parameter validation, the command body
-  format, preconditions against the live model, and the mapping to MAV_CMDs.
+The wire format (names, parameters, body codec, result kinds) is in
+`gateway.contract.commands`, so clients need not import the daemon. Here:
+
+- `spec` — every command defined once: its wire spec, preconditions
+  (`preconditions`, pure) and action (`actions`: the MAV_CMD or protocol it
+  runs and how each ending becomes an outcome).
 - `ledger` — the executed-id ledger (SQLite under the state dir) that makes
   execution effectively once across redeliveries and gateway restarts.
 - `executor` — one command message from fetch to ack/nak/term and its single
   `cmd_result` event.
-- `consumer` — the gateway extension: one durable pull consumer per vehicle,
+- `consumer` — the gateway service: one durable pull consumer per vehicle,
   one command at a time per vehicle, re-created when NATS restarts.
-- `client` — publishing commands and waiting for their results (CLI, demo,
-  benchmark, tests); `sortie` flies a demo sortie through TWIN_CMD.
+
+Publishing commands and waiting for results is `gateway.ops.client`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The gateway's command intake: one durable pull consumer per vehicle on TWIN_CMD.
 
-`CommandService` is a gateway extension (`gateway.extensions`): it opens the
+`CommandService` is a gateway service (`gateway.services.GatewayService`): it opens the
 ledger, waits for NATS, and runs one `VehicleCommands` loop per vehicle in
 its own task, so a vehicle that is slow to answer never holds up another.
 
@@ -20,24 +20,23 @@ delivered → the subscription is stale, re-bound.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anyio
 import nats.errors
 import structlog
+from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from drivers.mavlink.backoff import Backoff
-from gateway.commands.executor import CRASH_ENV, CommandExecutor
+from gateway.commands.executor import CommandExecutor
 from gateway.commands.ledger import Ledger
 from gateway.config import CommandConfig, GatewayConfig
 from gateway.contract.subjects import CMD_STREAM, cmd_filter
-from gateway.publisher import Publisher
-from gateway.vehicle import VehicleTwin
+from gateway.services import ServiceContext, VehicleHandle
 
 log = structlog.get_logger("mavjet.commands")
 
@@ -106,14 +105,12 @@ class _Rebind(Exception):
 class VehicleCommands:
     """One vehicle's command loop: fetch(1), execute, ack; forever, surviving NATS outages."""
 
-    def __init__(self, twin: VehicleTwin, ledger: Ledger, publisher: Publisher, cfg: GatewayConfig,
-                 *, crash_after_ledger: str | None = None) -> None:
-        self.twin = twin
-        self.vid = twin.vid
-        self.publisher = publisher
-        self.cfg = cfg
+    def __init__(self, vehicle: VehicleHandle, ledger: Ledger, ctx: ServiceContext) -> None:
+        self.vid = vehicle.vid
+        self.ctx = ctx
+        self.cfg = ctx.cfg
         self.executor = CommandExecutor(
-            twin, ledger, cfg=cfg.commands, env=cfg.env, crash_after_ledger=crash_after_ledger
+            vehicle, ledger, nats=ctx.nats, metrics=ctx.metrics, cfg=ctx.cfg.commands, env=ctx.cfg.env
         )
         self.binds = 0
         self.stale_rebinds = 0
@@ -124,7 +121,7 @@ class VehicleCommands:
         while True:
             sub: Any = None
             try:
-                nc, js = await self._connection()
+                nc, js = await self.ctx.jetstream()
                 await ensure_consumer(js, self.cfg.env, self.vid, self.cfg.commands)
                 sub = await js.pull_subscribe_bind(durable=durable_name(self.vid), stream=CMD_STREAM)
                 self.binds += 1
@@ -144,14 +141,6 @@ class VehicleCommands:
                             await sub.unsubscribe()
                         except Exception:  # the connection may be gone; nothing to clean up then
                             pass
-
-    async def _connection(self) -> tuple[Client, JetStreamContext]:
-        while True:
-            await self.publisher.connected.wait()
-            nc, js = self.publisher.nc, self.publisher.js
-            if nc is not None and js is not None and nc.is_connected:
-                return nc, js
-            await anyio.sleep(0.2)
 
     async def _pull(self, nc: Client, js: JetStreamContext, sub: Any) -> None:
         reconnects = nc.stats["reconnects"]
@@ -182,28 +171,29 @@ class VehicleCommands:
 
 
 class CommandService:
-    """Gateway extension: runs the command loops of every vehicle (see module docstring)."""
+    """Gateway service: runs the command loops of every vehicle (see module docstring)."""
 
-    def __init__(self, *, crash_after_ledger: str | None = None) -> None:
-        self.crash_after_ledger = crash_after_ledger if crash_after_ledger is not None else os.environ.get(CRASH_ENV)
+    def __init__(self) -> None:
         self.loops: dict[str, VehicleCommands] = {}
         self.ledger: Ledger | None = None
         self.started = anyio.Event()
 
-    async def run(self, gateway: Any) -> None:
-        cfg: GatewayConfig = gateway.cfg
+    async def run(self, ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        cfg: GatewayConfig = ctx.cfg
         ledger = Ledger(cfg.state_dir / LEDGER_FILE, retention_s=cfg.commands.ledger_retention_s)
         self.ledger = ledger
         try:
-            for twin in gateway.twins.values():
-                self.loops[twin.vid] = VehicleCommands(
-                    twin, ledger, gateway.publisher, cfg, crash_after_ledger=self.crash_after_ledger
+            await ledger.open()  # off the event loop: opening prunes and indexes the file
+            for vehicle in ctx.vehicles.values():
+                self.loops[vehicle.vid] = VehicleCommands(
+                    vehicle, ledger, ctx
                 )
             async with anyio.create_task_group() as tg:
                 for vid, loop in self.loops.items():
                     tg.start_soon(loop.run, name=f"vehicle[{vid}].commands")
                 tg.start_soon(self._prune, ledger, name="gateway.commands.ledger_prune")
                 self.started.set()
+                task_status.started()
         finally:
             ledger.close()
 

@@ -1,6 +1,6 @@
 """One command message, from delivery to ack/nak/term and its single `cmd_result`.
 
-The lifecycle is DESIGN.md's (Commands), in this order:
+The lifecycle, in this order (docs/commands.md):
 
 1. oversize, bad msgpack, unknown name, bad params → `term`, `invalid`;
 2. id already in the ledger → `ack`, nothing sent to the vehicle (its result
@@ -8,101 +8,62 @@ The lifecycle is DESIGN.md's (Commands), in this order:
 3. past its deadline → `term`, `expired`;
 4. link down or vehicle state unknown → `nak(delay)` (redelivered later);
 5. preconditions against the live model → `term`, `rejected` with the reason;
-6. run it (COMMAND_LONG/INT, parameter or mission protocol) while
+6. run its action (COMMAND_LONG/INT, parameter or mission protocol) while
    `in_progress` acks keep the message; ACCEPTED → ledger, result, `ack_sync`;
    TEMPORARILY_REJECTED or the link dropped → `nak(delay)` without a result;
    DENIED/UNSUPPORTED → `term`, `rejected`; FAILED → `term`, `failed`;
    no ACK → `term`, `timeout`. At MaxDeliver a retry becomes final
    (`failed` or `timeout`) so the command still ends in one result.
 
+What each command checks and does is in `spec.COMMANDS`; this module has no
+per-command branches.
+
 Every final outcome goes to the ledger before the message is acked or
 terminated, and its `cmd_result` has the deterministic Nats-Msg-Id
 `<vid>:cmd_result:<cmd_id>`: whatever is redelivered, the audit trail holds
 one result per command.
-
-Test hook: with `crash_after_ledger="<command name>"` (the gateway reads it
-from MAVJET_TEST_CRASH_AFTER_LEDGER) the process sends itself SIGKILL right
-after the ledger write of an accepted command of that name: the vehicle has
-accepted it, the message is not acked and no result is spooled — the worst
-moment for a crash, which the tests reproduce.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable
+from enum import StrEnum
 
 import anyio
 import structlog
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
 
-from drivers.mavlink.command import CommandConfig as MavCommandConfig
-from drivers.mavlink.command import CommandResult, mav_result_name
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
-from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
-from drivers.mavlink.plan import PlanError, parse_plan
-from drivers.mavlink.runner import (
-    MissionMismatch,
-    ProtocolConfig,
-    clear_mission,
-    execute_command,
-    read_param,
-    set_param,
-    upload_and_verify,
-)
-from gateway.commands.catalogue import (
-    Command,
-    CommandInvalid,
-    check_mode,
-    decode_command,
-    mav_action,
-    precondition_failure,
-    result_data,
-)
+from gateway.commands.actions import ActionContext, Outcome, run_action
 from gateway.commands.ledger import Ledger, LedgerEntry
+from gateway.commands.spec import CommandDef, command_def
 from gateway.config import CommandConfig
 from gateway.contract import envelope
-from gateway.contract.errors import LinkError
-from gateway.contract.subjects import BLOBS_BUCKET, event_subject
+from gateway.contract.commands import (
+    CmdResult,
+    Command,
+    CommandInvalid,
+    decode_command,
+    result_data,
+)
+from gateway.contract.subjects import event_subject
+from gateway.metrics import GatewayMetrics
+from gateway.services import NatsAccess, VehicleHandle
 from gateway.telemetry import Event
-from gateway.vehicle import VehicleTwin
 
 log = structlog.get_logger("mavjet.commands")
 
-CRASH_ENV = "MAVJET_TEST_CRASH_AFTER_LEDGER"
-
-_TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
 # Results after which the vehicle may have acted: their ledger entry must survive power loss.
-_REACHED_VEHICLE = frozenset({"accepted", "failed", "timeout"})
-_REJECTED = (mavlink2.MAV_RESULT_DENIED, mavlink2.MAV_RESULT_UNSUPPORTED)
+_REACHED_VEHICLE = frozenset({CmdResult.ACCEPTED, CmdResult.FAILED, CmdResult.TIMEOUT})
 
 
-@dataclass(slots=True, kw_only=True)
-class Outcome:
-    """How one execution attempt ended. `retry` means: not finished, nak and try again."""
+class Disposition(StrEnum):
+    """What the executor did with one delivery (counted per vehicle in `VehicleCommands.dispositions`)."""
 
-    result: str
-    mav_result: int | None = None
-    detail: str = ""
-    attempts: int = 0
-    retry: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def protocol_config(cfg: CommandConfig) -> ProtocolConfig:
-    """The MAVLink protocol timeouts from the gateway's `[commands]` section."""
-    return ProtocolConfig(
-        command=MavCommandConfig(
-            ack_timeout_s=cfg.ack_timeout_s,
-            max_attempts=cfg.retries + 1,
-            in_progress_timeout_s=cfg.in_progress_timeout_s,
-        )
-    )
+    ACK = "ack"  # finished, accepted: acked (double ack)
+    NAK = "nak"  # not finished (link down, temporarily rejected): redelivered after nak_delay_s
+    TERM = "term"  # finished, not accepted: terminated, never redelivered
+    DUPLICATE = "duplicate"  # already in the ledger: acked without executing again
 
 
 def keepalive_interval_s(cfg: CommandConfig) -> float:
@@ -120,29 +81,29 @@ class CommandExecutor:
 
     def __init__(
         self,
-        twin: VehicleTwin,
+        vehicle: VehicleHandle,
         ledger: Ledger,
         *,
+        nats: NatsAccess,
+        metrics: GatewayMetrics,
         cfg: CommandConfig,
         env: str,
-        crash_after_ledger: str | None = None,
     ) -> None:
-        self.twin = twin
-        self.vid = twin.vid
+        self.vehicle = vehicle
+        self.vid = vehicle.vid
         self.ledger = ledger
+        self.nats = nats
+        self.metrics = metrics
         self.cfg = cfg
         self.env = env
-        self.protocols = protocol_config(cfg)
         self.keepalive_s = keepalive_interval_s(cfg)
-        self.crash_after_ledger = crash_after_ledger
-        self.result_subject = event_subject(env, twin.vid, "cmd_result")
+        self.result_subject = event_subject(env, vehicle.vid, "cmd_result")
         self.handled = 0
         self.duplicates = 0
-        self._run_started_mono = 0.0
 
     # -- entry point -------------------------------------------------------
-    async def handle(self, msg: Msg) -> str:
-        """Process one delivery; returns what was done with it: ack, nak, term or duplicate."""
+    async def handle(self, msg: Msg) -> Disposition:
+        """Process one delivery; returns what was done with it."""
         self.handled += 1
         name = msg.subject.split(".", 5)[-1] if msg.subject.count(".") >= 5 else msg.subject
         md = msg.metadata
@@ -151,47 +112,49 @@ class CommandExecutor:
         fallback_id = headers.get("Nats-Msg-Id") or f"{self.vid}:seq:{md.sequence.stream if md.sequence else 0}"
         try:
             cmd = decode_command(name, msg.data, max_payload_bytes=self.cfg.max_payload_bytes, fallback_id=fallback_id)
-            if cmd.name == "set_mode":
-                check_mode(str(cmd.params["mode"]), self.twin.model.modes)
+            defn = command_def(cmd.name)
+            defn.check(cmd, self.vehicle.telemetry.modes)
         except CommandInvalid as exc:
             cmd_id = exc.cmd_id or fallback_id
             if await self._already_done(msg, cmd_id):
-                return "duplicate"
-            await self._final(msg, Outcome(result="invalid", detail=exc.reason), cmd_id=cmd_id, name=name,
+                return Disposition.DUPLICATE
+            await self._final(msg, Outcome(result=CmdResult.INVALID, detail=exc.reason), cmd_id=cmd_id, name=name,
                               issued_ns=None, delivered=delivered)
-            return "term"
+            return Disposition.TERM
 
         if await self._already_done(msg, cmd.cmd_id):
-            return "duplicate"
+            return Disposition.DUPLICATE
         if cmd.expired(time.time_ns()):
             late_ms = (time.time_ns() - (cmd.deadline_ns or 0)) / 1e6
-            out = Outcome(result="expired", detail=f"deadline passed {late_ms:.0f} ms before execution")
+            out = Outcome(result=CmdResult.EXPIRED, detail=f"deadline passed {late_ms:.0f} ms before execution")
             await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
-            return "term"
+            return Disposition.TERM
 
-        model = self.twin.model
-        if not self.twin.link.is_up or model.armed is None:
-            out = Outcome(result="timeout", detail="link to the vehicle is down", retry=True)
+        model = self.vehicle.telemetry
+        if not self.vehicle.session.is_up or model.armed is None:
+            out = Outcome(result=CmdResult.TIMEOUT, detail="link to the vehicle is down", retry=True)
         else:
-            reason = precondition_failure(cmd, model)
-            if reason is not None and await self._fresh_heartbeat():
-                reason = precondition_failure(cmd, model)  # judged again on the vehicle's newest state
+            reason = defn.failure(cmd, model)
+            # The model's armed flag and mode lag a just-accepted command by up to a heartbeat period
+            # (arm, then takeoff at once): a failure is final only once a newer HEARTBEAT confirms it.
+            if reason is not None and await self.vehicle.session.wait_heartbeat():
+                reason = defn.failure(cmd, model)  # judged again on the vehicle's newest state
             if reason is not None:
-                out = Outcome(result="rejected", detail=reason)
+                out = Outcome(result=CmdResult.REJECTED, detail=reason)
                 await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns,
                                   delivered=delivered)
-                return "term"
-            out = await self._run_keeping_alive(msg, cmd)
+                return Disposition.TERM
+            out = await self._run_keeping_alive(msg, cmd, defn)
 
         if out.retry:
             if delivered < self.cfg.max_deliver:
                 log.info("command_retry_later", vehicle=self.vid, cmd_id=cmd.cmd_id, name=cmd.name,
                          reason=out.detail, delivered=delivered, delay_s=self.cfg.nak_delay_s)
                 await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
-                return "nak"
+                return Disposition.NAK
             out.detail = f"{out.detail}; gave up after {delivered} deliveries"
         await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
-        return "ack" if out.result == "accepted" else "term"
+        return Disposition.ACK if out.result is CmdResult.ACCEPTED else Disposition.TERM
 
     # -- the ledger --------------------------------------------------------
     async def _already_done(self, msg: Msg, cmd_id: str) -> bool:
@@ -206,16 +169,15 @@ class CommandExecutor:
         return True
 
     async def _spool(self, entry: LedgerEntry) -> None:
-        publisher = self.twin.publisher
-        publisher.enqueue_event(entry.subject, entry.msg_id, entry.payload)
-        await publisher.flush_pending_to_spool()
+        self.nats.enqueue_event(entry.subject, entry.msg_id, entry.payload)
+        await self.nats.flush_pending_to_spool()
         self.ledger.mark_spooled(entry.cmd_id)
 
     async def _final(self, msg: Msg, out: Outcome, *, cmd_id: str, name: str, issued_ns: int | None,
                      delivered: int) -> None:
         now_ns = time.time_ns()
         latency_ms = 0.0 if issued_ns is None else (now_ns - issued_ns) / 1e6
-        data = self.twin.model.snapshot()
+        data = self.vehicle.telemetry.snapshot()
         data.update(
             result_data(
                 cmd_id=cmd_id, name=name, result=out.result, mav_result=out.mav_result, detail=out.detail,
@@ -224,50 +186,28 @@ class CommandExecutor:
         )  # fmt: skip
         msg_id = f"{self.vid}:cmd_result:{cmd_id}"
         entry = LedgerEntry(
-            cmd_id=cmd_id, vid=self.vid, name=name, result=out.result, subject=self.result_subject, msg_id=msg_id,
+            cmd_id=cmd_id, vid=self.vid, name=name, result=out.result.value, subject=self.result_subject, msg_id=msg_id,
             payload=envelope.pack(self.vid, now_ns, data), spooled=False, at_ns=now_ns,
         )  # fmt: skip
         if not await self.ledger.record(entry, durable=out.result in _REACHED_VEHICLE):
             stored = await self.ledger.lookup(cmd_id)  # another delivery finished it first
             if stored is not None:
                 entry = stored
-        if self.crash_after_ledger and out.result == "accepted" and name == self.crash_after_ledger:
-            log.warning("test_crash_after_ledger", vehicle=self.vid, cmd_id=cmd_id)
-            os.kill(os.getpid(), signal.SIGKILL)
         if not entry.spooled:
             await self._spool(entry)
-        twin = self.twin
-        twin.metrics.events.labels(type="cmd_result").inc()
-        twin.metrics.commands.labels(name=name, result=out.result).inc()
-        ev = Event("cmd_result", now_ns, data, msg_id)
-        for hook in twin.on_event_hooks:
-            hook(ev)
+        self.metrics.commands.labels(name=name, result=out.result).inc()
+        # Spooled above: counted and handed to the vehicle's subscribers only.
+        self.vehicle.publish_event(Event("cmd_result", now_ns, data, msg_id), payload=entry.payload, enqueue=False)
         log.info("command_finished", vehicle=self.vid, cmd_id=cmd_id, name=name, result=out.result,
                  mav_result=out.mav_result, detail=out.detail, attempts=out.attempts, deliveries=delivered,
                  latency_ms=round(latency_ms, 1))
-        if out.result == "accepted":
+        if out.result is CmdResult.ACCEPTED:
             await _quietly(msg.ack_sync(timeout=self.cfg.fetch_timeout_s))  # double ack: the server confirms
         else:
             await _quietly(msg.term())
 
-    async def _fresh_heartbeat(self) -> bool:
-        """Wait (bounded) for the next autopilot HEARTBEAT; the model has applied it when this returns True.
-
-        The model's armed flag and mode lag a just-accepted command by up to a
-        heartbeat period (arm, then takeoff at once): a failed precondition is
-        only final once a HEARTBEAT sent after it confirms the state.
-        """
-        link = self.twin.link
-        with anyio.move_on_after(self.protocols.heartbeat_wait_s):
-            async with link.listen(64) as rx:
-                async for m in rx:
-                    if m.get_type() == "HEARTBEAT" and m.get_srcSystem() == link.target_system and \
-                            m.get_srcComponent() == link.target_component:
-                        return True
-        return False
-
     # -- execution ---------------------------------------------------------
-    async def _run_keeping_alive(self, msg: Msg, cmd: Command) -> Outcome:
+    async def _run_keeping_alive(self, msg: Msg, cmd: Command, defn: CommandDef) -> Outcome:
         result: Outcome | None = None
 
         async def keepalive() -> None:
@@ -275,115 +215,18 @@ class CommandExecutor:
                 await anyio.sleep(self.keepalive_s)
                 await _quietly(msg.in_progress())
 
-        self._run_started_mono = time.monotonic()
+        ctx = ActionContext(vehicle=self.vehicle, nats=self.nats)
         async with anyio.create_task_group() as tg:
             tg.start_soon(keepalive, name=f"vehicle[{self.vid}].commands.in_progress")
             try:
-                result = await self._run(cmd)
+                result = await run_action(defn.action, cmd, ctx)
             finally:
                 tg.cancel_scope.cancel()
         assert result is not None
         return result
 
-    async def _run(self, cmd: Command) -> Outcome:
-        try:
-            if cmd.name == "param_get":
-                pv = await read_param(self.twin.link, cmd.params["name"], config=self.protocols)
-                return Outcome(result="accepted", detail=f"{pv.name} = {pv.value:g}", attempts=1,
-                               extra={"value": pv.value})
-            if cmd.name == "param_set":
-                pv = await set_param(self.twin.link, cmd.params["name"], cmd.params["value"], config=self.protocols)
-                return Outcome(result="accepted", detail=f"{pv.name} = {pv.value:g}", attempts=1,
-                               extra={"value": pv.value})
-            if cmd.name == "mission_upload":
-                return await self._mission_upload(cmd)
-            if cmd.name == "mission_clear":
-                await clear_mission(self.twin.link, config=self.protocols)
-                return Outcome(result="accepted", detail="mission cleared", attempts=1)
-            return await self._mav_command(cmd)
-        except LinkError as exc:
-            return Outcome(result="timeout", detail=f"link dropped: {exc.reason}", retry=True)
-        except ParamMismatch as exc:
-            return Outcome(result="rejected", detail=str(exc), attempts=exc.attempts)
-        except ParamTimeout as exc:
-            return self._no_answer(str(exc), exc.attempts)
-        except ParamError as exc:
-            return Outcome(result="failed", detail=str(exc))
-        except MissionRejected as exc:
-            return Outcome(result="rejected", detail=str(exc), attempts=1)
-        except MissionTimeout as exc:
-            return self._no_answer(str(exc), exc.retries + 1)
-        except MissionMismatch as exc:
-            return Outcome(result="failed", detail=str(exc), attempts=1)
-        except CommandInvalid as exc:
-            return Outcome(result="invalid", detail=exc.reason)
 
-    def _no_answer(self, detail: str, attempts: int) -> Outcome:
-        """No answer: a link outage is retried later (nak); a vehicle that was heard and stayed silent is a timeout.
-
-        "Heard" means a HEARTBEAT arrived after the command was first sent:
-        without one the command most likely never reached the vehicle (the
-        link state itself lags by the heartbeat timeout).
-        """
-        link = self.twin.link
-        if not link.is_up or link.last_heartbeat_mono <= self._run_started_mono:
-            return Outcome(result="timeout", detail=f"link down: {detail}", attempts=attempts, retry=True)
-        return Outcome(result="timeout", detail=detail, attempts=attempts)
-
-    async def _mav_command(self, cmd: Command) -> Outcome:
-        action = mav_action(cmd, self.twin.model.modes)
-        outcome = await execute_command(
-            self.twin.link, action.command, action.params, use_int=action.use_int, frame=action.frame,
-            config=self.protocols,
-        )  # fmt: skip
-        mr = outcome.mav_result
-        if outcome.result is CommandResult.ACCEPTED:
-            detail = "confirmed by HEARTBEAT (ACK lost)" if outcome.confirmed_by == "heartbeat" else ""
-            return Outcome(result="accepted", mav_result=mr, detail=detail, attempts=outcome.attempts)
-        if outcome.result is CommandResult.TIMEOUT:
-            return self._no_answer(f"no COMMAND_ACK after {outcome.attempts} attempts", outcome.attempts)
-        name = mav_result_name(mr)
-        if mr == _TEMPORARY:
-            return Outcome(result="failed", mav_result=mr, detail="temporarily rejected by the vehicle",
-                           attempts=outcome.attempts, retry=True)
-        if mr in _REJECTED:
-            return Outcome(result="rejected", mav_result=mr, detail=f"vehicle answered {name}", attempts=outcome.attempts)
-        return Outcome(result="failed", mav_result=mr, detail=f"vehicle answered {name}", attempts=outcome.attempts)
-
-    async def _mission_upload(self, cmd: Command) -> Outcome:
-        obj_name = str(cmd.params["object"])
-        js = self.twin.publisher.js
-        if js is None:
-            return Outcome(result="timeout", detail="NATS not connected: cannot read the plan", retry=True)
-        try:
-            store = await js.object_store(BLOBS_BUCKET)
-            res = await store.get(obj_name)
-        except Exception as exc:  # nats-py raises a wide range; translate at the boundary
-            if isinstance(exc, NotFoundError):
-                return Outcome(result="invalid", detail=f"mission_upload: no object {obj_name!r} in {BLOBS_BUCKET}")
-            return Outcome(result="timeout", detail=f"reading {obj_name!r}: {type(exc).__name__}: {exc}", retry=True)
-        try:
-            plan = parse_plan(res.data or b"")
-        except PlanError as exc:
-            return Outcome(result="invalid", detail=f"mission_upload: {obj_name}: {exc}")
-        digest = await upload_and_verify(self.twin.link, plan.mission, config=self.protocols)
-        count = len(plan.mission)
-        uploaded: dict[str, Any] = {"digest": digest, "count": count}
-        parts = [f"{count} items"]
-        for kind, mission_type, items in (("fence", FENCE, plan.fence), ("rally", RALLY, plan.rally)):
-            # Only what the plan holds: a plan without a geofence leaves the vehicle's fence alone.
-            kind_digest = None
-            if items:
-                kind_digest = await upload_and_verify(self.twin.link, items, mission_type, config=self.protocols)
-                parts.append(f"{len(items)} {kind} item{'' if len(items) == 1 else 's'}")
-            uploaded[f"{kind}_digest"] = kind_digest
-            uploaded[f"{kind}_count"] = len(items)
-        self.twin.emit("mission_uploaded", object=obj_name, **uploaded)
-        return Outcome(result="accepted", detail=f"{', '.join(parts)}, read back and verified", attempts=1,
-                       extra=uploaded)
-
-
-async def _quietly(aw: Any) -> None:
+async def _quietly(aw: Awaitable[object]) -> None:
     """Ack/nak/term/in_progress: a failure (NATS down) only means a redelivery later, which the ledger absorbs."""
     try:
         await aw

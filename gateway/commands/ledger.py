@@ -22,8 +22,9 @@ kept in memory, so the common lookup (a new command) costs no SQLite call;
 one gateway process owns a state dir.
 
 Entries older than `retention_s` are pruned: TWIN_CMD's max_age (5 min)
-bounds how late a redelivery can come. SQLite calls run on a worker thread,
-never on the event loop.
+bounds how late a redelivery can come. Every SQLite call, opening the file
+included, runs on the ledger's one `SqliteWorker` thread, never on the event
+loop.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
+
+from gateway.sqlite import SqliteWorker
 
 MAX_INDEXED = 200_000
+
+_COLUMNS = "cmd_id, vid, name, result, subject, msg_id, payload, spooled, at_ns"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,42 +59,53 @@ class LedgerEntry:
 
 
 class Ledger:
-    """Final outcomes of commands by id, in one SQLite file shared by the gateway's vehicles."""
+    """Final outcomes of commands by id, in one SQLite file shared by the gateway's vehicles.
+
+    Constructing it touches no file; `open()` (or the first call) opens it
+    on the worker thread.
+    """
 
     def __init__(self, path: Path, *, retention_s: float = 3600.0) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.retention_s = retention_s
-        self._lock = threading.Lock()
-        self._limiter = anyio.CapacityLimiter(1)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # an entry must survive power loss, not just a crash
-        self._db.execute(
+        self._worker = SqliteWorker(path, name="ledger", setup=self._setup)
+        self._marks_lock = threading.Lock()  # `_marks` is added to on the loop, drained on the worker
+        self._marks: set[str] = set()  # spooled flags not yet written (applied with the next commit)
+        self._pending: list[tuple[LedgerEntry, bool, asyncio.Future[bool]]] = []
+        self._writing = False
+        # Every id in the ledger, in memory: the common case (a new command) is answered without SQLite.
+        # Sound because one gateway process owns a state dir; None until opened, or above MAX_INDEXED
+        # (then every lookup queries).
+        self._ids: set[str] | None = None
+
+    # -- on the worker thread ----------------------------------------------
+    def _setup(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # an entry must survive power loss, not just a crash
+        db.execute(
             "CREATE TABLE IF NOT EXISTS ledger (cmd_id TEXT PRIMARY KEY, vid TEXT NOT NULL, name TEXT NOT NULL, "
             "result TEXT NOT NULL, subject TEXT NOT NULL, msg_id TEXT NOT NULL, payload BLOB NOT NULL, "
             "spooled INTEGER NOT NULL DEFAULT 0, at_ns INTEGER NOT NULL)"
         )
-        self._db.execute("CREATE INDEX IF NOT EXISTS ledger_at ON ledger (at_ns)")
-        self._pending: list[tuple[LedgerEntry, bool, asyncio.Future[bool]]] = []
-        self._writing = False
-        self._marks: set[str] = set()  # spooled flags not yet written (applied with the next commit)
-        self._ids: set[str] | None = None
-        self.prune_sync()
-        # Every id in the ledger, in memory: the common case (a new command) is answered without SQLite.
-        # Sound because one gateway process owns a state dir; above MAX_INDEXED it falls back to queries.
-        with self._lock:
-            rows = self._db.execute("SELECT cmd_id FROM ledger LIMIT ?", (MAX_INDEXED + 1,)).fetchall()
+        db.execute("CREATE INDEX IF NOT EXISTS ledger_at ON ledger (at_ns)")
+        self._prune(db, time.time_ns())
+        rows = db.execute("SELECT cmd_id FROM ledger LIMIT ?", (MAX_INDEXED + 1,)).fetchall()
         self._ids = {str(r[0]) for r in rows} if len(rows) <= MAX_INDEXED else None
 
-    # -- synchronous core (worker thread) ----------------------------------
-    def lookup_sync(self, cmd_id: str) -> LedgerEntry | None:
-        self.flush_marks_sync()  # a lookup must see every mark made so far
-        with self._lock:
-            row = self._db.execute(
-                "SELECT cmd_id, vid, name, result, subject, msg_id, payload, spooled, at_ns FROM ledger WHERE cmd_id = ?",
-                (cmd_id,),
-            ).fetchone()
+    def _take_marks(self) -> set[str]:
+        with self._marks_lock:
+            marks, self._marks = self._marks, set()
+        return marks
+
+    def _flush_marks(self, db: sqlite3.Connection) -> None:
+        marks = self._take_marks()
+        if marks:
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executemany("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", [(m,) for m in marks])
+
+    def _lookup(self, db: sqlite3.Connection, cmd_id: str) -> LedgerEntry | None:
+        self._flush_marks(db)  # a lookup must see every mark made so far
+        row = db.execute(f"SELECT {_COLUMNS} FROM ledger WHERE cmd_id = ?", (cmd_id,)).fetchone()
         if row is None:
             return None
         return LedgerEntry(
@@ -98,82 +113,68 @@ class Ledger:
             msg_id=str(row[5]), payload=bytes(row[6]), spooled=bool(row[7]), at_ns=int(row[8]),
         )  # fmt: skip
 
-    def record_sync(self, entry: LedgerEntry, durable: bool = True) -> bool:
-        """Write an outcome; the first write for an id wins. True if this call wrote it."""
-        return self.record_many_sync([(entry, durable)])[0]
-
-    def record_many_sync(self, batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
+    def write_batch(self, db: sqlite3.Connection, batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
         """Write outcomes in one transaction (group commit); one fsync if any entry is `durable`.
 
-        `durable` commits with an fsync (synchronous=FULL, ~4 ms on these
-        disks): an executed command must survive power loss, because its
-        redelivery would execute it again. Outcomes that did not reach the
-        vehicle (invalid, rejected...) only need to survive a crash.
+        The first write for an id wins; the result says which entries this
+        call wrote. `durable` commits with an fsync (synchronous=FULL, ~4 ms
+        on these disks): an executed command must survive power loss, because
+        its redelivery would execute it again. Outcomes that did not reach
+        the vehicle (invalid, rejected...) only need to survive a crash.
         """
         durable = any(d for _, d in batch)
         out: list[bool] = []
-        with self._lock:
-            marks, self._marks = self._marks, set()
-            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", [(m,) for m in marks])
-                for entry, _ in batch:
-                    cur = self._db.execute(
-                        "INSERT OR IGNORE INTO ledger (cmd_id, vid, name, result, subject, msg_id, payload, spooled, "
-                        "at_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (entry.cmd_id, entry.vid, entry.name, entry.result, entry.subject, entry.msg_id,
-                         entry.payload, int(entry.spooled), entry.at_ns),
-                    )  # fmt: skip
-                    out.append(cur.rowcount == 1)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
+        marks = self._take_marks()
+        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        db.execute("BEGIN")
+        try:
+            db.executemany("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", [(m,) for m in marks])
+            for entry, _ in batch:
+                cur = db.execute(
+                    f"INSERT OR IGNORE INTO ledger ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (entry.cmd_id, entry.vid, entry.name, entry.result, entry.subject, entry.msg_id,
+                     entry.payload, int(entry.spooled), entry.at_ns),
+                )  # fmt: skip
+                out.append(cur.rowcount == 1)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            with self._marks_lock:
                 self._marks |= marks
-                raise
-            if self._ids is not None:
-                self._ids.update(e.cmd_id for e, _ in batch)
+            raise
+        if self._ids is not None:
+            self._ids.update(e.cmd_id for e, _ in batch)
         return out
 
-    def mark_spooled(self, cmd_id: str) -> None:
-        """Note that `cmd_id`'s result is in the durable spool; written with the next commit (or at close).
+    def _prune(self, db: sqlite3.Connection, now_ns: int) -> int:
+        cutoff = now_ns - int(self.retention_s * 1e9)
+        db.execute("PRAGMA synchronous=NORMAL")
+        ids = self._ids
+        if ids is not None:
+            gone = db.execute("SELECT cmd_id FROM ledger WHERE at_ns < ?", (cutoff,)).fetchall()
+            ids.difference_update(str(r[0]) for r in gone)
+        return int(db.execute("DELETE FROM ledger WHERE at_ns < ?", (cutoff,)).rowcount)
 
-        Losing a mark (a crash first) only means a redelivery re-spools the
-        result, which the stream de-duplicates by its msg id.
-        """
-        with self._lock:
-            self._marks.add(cmd_id)
-
-    def flush_marks_sync(self) -> None:
-        with self._lock:
-            marks, self._marks = self._marks, set()
-            if marks:
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.executemany("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", [(m,) for m in marks])
-
-    def prune_sync(self, now_ns: int | None = None) -> int:
-        cutoff = (now_ns if now_ns is not None else time.time_ns()) - int(self.retention_s * 1e9)
-        with self._lock:
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            ids = self._ids
-            if ids is not None:
-                gone = self._db.execute("SELECT cmd_id FROM ledger WHERE at_ns < ?", (cutoff,)).fetchall()
-                ids.difference_update(str(r[0]) for r in gone)
-            return int(self._db.execute("DELETE FROM ledger WHERE at_ns < ?", (cutoff,)).rowcount)
-
-    def count_sync(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0])
+    @staticmethod
+    def _count(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0])
 
     # -- async API -------------------------------------------------------
+    async def open(self) -> None:
+        """Open the file, create the table, prune and index the ids, all on the worker thread."""
+        await self._worker.open()
+
     async def lookup(self, cmd_id: str) -> LedgerEntry | None:
         ids = self._ids
         if ids is not None and cmd_id not in ids:
             return None
-        return await anyio.to_thread.run_sync(self.lookup_sync, cmd_id, limiter=self._limiter)
+        return await self._worker.run(self._lookup, cmd_id)
 
     async def record(self, entry: LedgerEntry, *, durable: bool = True) -> bool:
-        """Write an outcome. Concurrent calls (many vehicles) share one transaction and one fsync."""
+        """Write an outcome; the first write for an id wins. True if this call wrote it.
+
+        Concurrent calls (many vehicles) share one transaction and one fsync.
+        """
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((entry, durable, fut))
         if not self._writing:
@@ -184,9 +185,7 @@ class Ledger:
                     while self._pending:
                         batch, self._pending = self._pending, []
                         try:
-                            done = await anyio.to_thread.run_sync(
-                                self.record_many_sync, [(e, d) for e, d, _ in batch], limiter=self._limiter
-                            )
+                            done = await self._worker.run(self.write_batch, [(e, d) for e, d, _ in batch])
                         except Exception as exc:  # sqlite3 errors go to every caller in the batch
                             for _, _, f in batch:
                                 f.set_exception(exc)
@@ -197,12 +196,27 @@ class Ledger:
                 self._writing = False
         return await fut
 
+    def mark_spooled(self, cmd_id: str) -> None:
+        """Note that `cmd_id`'s result is in the durable spool; written with the next commit (or at close).
+
+        Losing a mark (a crash first) only means a redelivery re-spools the
+        result, which the stream de-duplicates by its msg id.
+        """
+        with self._marks_lock:
+            self._marks.add(cmd_id)
 
     async def prune(self) -> int:
-        return await anyio.to_thread.run_sync(self.prune_sync, limiter=self._limiter)
+        return await self._worker.run(self._prune, time.time_ns())
+
+    # -- blocking (tests, benchmark, shutdown) -----------------------------
+    def prune_sync(self, now_ns: int | None = None) -> int:
+        return self._worker.call(self._prune, time.time_ns() if now_ns is None else now_ns)
+
+    def count_sync(self) -> int:
+        return self._worker.call(self._count)
 
     def close(self) -> None:
-        self.flush_marks_sync()
-        with self._lock:
-            self._db.close()
-
+        """Write the pending spooled marks and close the file (only if it was opened)."""
+        if self._worker.opened:
+            self._worker.call(self._flush_marks)
+        self._worker.close()

@@ -1,4 +1,4 @@
-"""The msgpack envelope every stream message carries (DESIGN.md, Payloads).
+"""The msgpack envelope every stream message carries (docs/design.md, Payloads).
 
 `{"v": 1, "vid": str, "time": <msgpack Timestamp, UTC>, "data": {...}}`
 with header `Content-Type: application/msgpack`. Pure functions, no I/O.

@@ -7,12 +7,12 @@ Defaults come from MAVJET_NATS, read here in the CLI layer only.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import nats
 from nats.aio.client import Client
 
@@ -58,14 +58,21 @@ class NatsOptions:
         return ctx
 
 
-def add_nats_arguments(p: argparse.ArgumentParser) -> None:
+def add_nats_arguments(p: argparse.ArgumentParser, *, env_defaults: bool = True) -> None:
+    """The connection flags. `env_defaults=False` leaves `--nats`/`--env` None when not given.
+
+    A command with a config file (the daemon) resolves flag > environment >
+    file > default itself (`gateway.config.resolve_config`), so it must be able
+    to tell "not given" from "given the default".
+    """
     g = p.add_argument_group("NATS connection")
     g.add_argument(
         "--nats",
-        default=os.environ.get("MAVJET_NATS", DEFAULT_NATS),
-        help="server URL, or a comma-separated list for a cluster (default: $MAVJET_NATS or %(default)s)",
+        default=os.environ.get("MAVJET_NATS", DEFAULT_NATS) if env_defaults else None,
+        help=f"server URL, or a comma-separated list for a cluster (default: $MAVJET_NATS or {DEFAULT_NATS})",
     )
-    g.add_argument("--env", default=os.environ.get("MAVJET_ENV", "prod"), help="fleet environment (default: %(default)s)")
+    g.add_argument("--env", default=os.environ.get("MAVJET_ENV", "prod") if env_defaults else None,
+                   help="fleet environment (default: $MAVJET_ENV or prod)")
     g.add_argument("--creds", help="NATS credentials file (JWT + nkey seed)")
     g.add_argument("--tls-ca", help="CA bundle to verify the servers")
     g.add_argument("--tls-cert", help="client certificate (with --tls-key)")
@@ -84,14 +91,15 @@ def options_from_args(args: argparse.Namespace, *, name: str = "mavjet") -> Nats
     )
 
 
-async def connect_once(opts: NatsOptions, **extra: Any) -> Client:
-    """Connect for a short-lived operator command: fail fast with a clear error."""
+def connect_kwargs(opts: NatsOptions, **extra: Any) -> dict[str, Any]:
+    """The arguments of `nats.connect` for `opts`: the one place they are spelled out.
+
+    `extra` adds or overrides nats-py options (reconnect policy, callbacks, name).
+    """
     kwargs: dict[str, Any] = {
         "servers": list(opts.servers),
         "name": opts.name,
         "connect_timeout": opts.connect_timeout_s,
-        "allow_reconnect": False,
-        "max_reconnect_attempts": 0,
     }
     if opts.creds_file:
         kwargs["user_credentials"] = opts.creds_file
@@ -99,18 +107,35 @@ async def connect_once(opts: NatsOptions, **extra: Any) -> Client:
     if tls is not None:
         kwargs["tls"] = tls
     kwargs.update(extra)
+    return kwargs
 
-    async def _quiet(_: Exception) -> None:
-        return None
 
-    kwargs.setdefault("error_cb", _quiet)
-    # nats-py keeps cycling through the server list even with reconnects off,
-    # so the deadline is ours: one connect timeout per server, plus slack.
-    deadline_s = opts.connect_timeout_s * (len(opts.servers) + 1) + 1.0
+def connect_deadline_s(opts: NatsOptions) -> float:
+    """How long one connect may take.
+
+    nats-py keeps cycling through the server list even with reconnects off,
+    so the deadline is ours: one connect timeout per server, plus slack.
+    """
+    return opts.connect_timeout_s * (len(opts.servers) + 1) + 1.0
+
+
+async def connect(opts: NatsOptions, *, deadline_s: float | None = None, **extra: Any) -> Client:
+    """One connect attempt, bounded by `deadline_s` (default `connect_deadline_s`); raises NatsUnavailable."""
+    deadline = connect_deadline_s(opts) if deadline_s is None else deadline_s
     try:
-        async with asyncio.timeout(deadline_s):
-            return await nats.connect(**kwargs)
+        with anyio.fail_after(deadline):
+            nc = await nats.connect(**connect_kwargs(opts, **extra))
     except TimeoutError as exc:
-        raise NatsUnavailable(opts.servers, f"no server answered within {deadline_s:.0f}s") from exc
+        raise NatsUnavailable(opts.servers, f"no server answered within {deadline:.0f}s") from exc
     except Exception as exc:  # nats-py raises a wide range here; translate at the boundary
         raise NatsUnavailable(opts.servers, f"{type(exc).__name__}: {exc}") from exc
+    return nc
+
+
+async def _quiet(_: Exception) -> None:
+    return None
+
+
+async def connect_once(opts: NatsOptions, **extra: Any) -> Client:
+    """Connect for a short-lived operator command: fail fast with a clear error."""
+    return await connect(opts, **{"allow_reconnect": False, "max_reconnect_attempts": 0, "error_cb": _quiet, **extra})

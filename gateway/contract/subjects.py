@@ -1,4 +1,4 @@
-"""Subject and key names from the design contract (../shared/DESIGN.md).
+"""Subject and key names from the design contract (docs/design.md, Subjects).
 
 All subjects are built here so the contract lives in one file.
 """

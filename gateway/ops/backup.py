@@ -12,7 +12,7 @@ objects byte-exact:
                                {"seq", "subject", "time_ns", "headers", "data"}
 
 Reading uses one ordered push consumer per stream with a callback (the
-fastest way to read a stream from nats-py, see PERFORMANCE.md), up to the last
+fastest way to read a stream from nats-py), up to the last
 sequence seen when the backup of that stream started. A workqueue stream
 (TWIN_CMD) admits no such consumer next to the gateway's, and consuming would
 remove the commands, so it is read message by message with the direct-get API
@@ -28,7 +28,6 @@ import base64
 import datetime as dt
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from nats.js import api as jsapi
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.ops.health import is_twin_stream
+from gateway.ops.runner import run_cli
 
 FORMAT = "mavjet-backup"
 FORMAT_VERSION = 1
@@ -304,9 +304,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except MavjetError as exc:
-        print(f"mavjet backup: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(build_parser(), run, argv)

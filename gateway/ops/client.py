@@ -18,12 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from gateway.commands.catalogue import encode_command, validate_params
 from gateway.contract import envelope
+from gateway.contract.commands import CmdResult, encode_command, validate_params
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import cmd_subject, event_filter
 
@@ -46,7 +47,7 @@ class Result:
     vid: str
     cmd_id: str
     name: str
-    result: str
+    result: str  # a CmdResult value (kept a str: a newer gateway may send kinds this client does not know)
     mav_result: int | None
     detail: str
     attempts: int
@@ -56,7 +57,7 @@ class Result:
 
     @property
     def accepted(self) -> bool:
-        return self.result == "accepted"
+        return self.result == CmdResult.ACCEPTED
 
 
 def new_command_id() -> str:
@@ -164,7 +165,7 @@ class CommandClient:
     async def wait(self, cmd_id: str, timeout_s: float) -> Result:
         fut = self._waiters.get(cmd_id) or self.expect(cmd_id)
         try:
-            async with asyncio.timeout(timeout_s):
+            with anyio.fail_after(timeout_s):
                 return await asyncio.shield(fut)
         except TimeoutError:
             raise ResultTimeout(cmd_id, timeout_s) from None

@@ -10,18 +10,18 @@ result within `--timeout`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 
-from gateway.commands.catalogue import CATALOGUE, CommandInvalid, parse_cli_params
 from gateway.contract import natsconn
+from gateway.contract.commands import CATALOGUE, CommandInvalid, parse_cli_params
 from gateway.contract.errors import MavjetError
 from gateway.contract.natsconn import NatsUnavailable
 from gateway.contract.subjects import check_token
 from gateway.contract.units import parse_duration_s
 from gateway.ops.client import CommandClient, ResultTimeout, new_command_id
+from gateway.ops.runner import run_cli
 
 EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 
@@ -103,5 +103,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    return asyncio.run(run(args))
+    return run_cli(build_parser(), run, argv)

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import datetime as dt
 
+import anyio
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
@@ -59,11 +60,8 @@ async def run(args: argparse.Namespace) -> int:
             finally:
                 await sub.unsubscribe()
         else:
-            try:
-                async with asyncio.timeout(3.0):
-                    await caught_up.wait()
-            except TimeoutError:
-                pass  # nothing in range: the callback never ran
+            with anyio.move_on_after(3.0):  # nothing in range: the callback never runs
+                await caught_up.wait()
             await sub.unsubscribe()
     finally:
         await nc.close()

@@ -33,10 +33,10 @@ from typing import Any
 from nats.aio.client import Client
 
 from gateway.contract import natsconn
-from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.backup import BackupError, api_request, list_streams
 from gateway.ops.health import is_twin_stream
+from gateway.ops.runner import run_cli
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,12 +198,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except MavjetError as exc:
-        print(f"mavjet migrate: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(build_parser(), run, argv)
 
 
 if __name__ == "__main__":

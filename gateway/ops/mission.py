@@ -10,15 +10,14 @@ Then: `mavjet cmd VID mission_upload --param object=missions/x.plan --wait`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
 
 from drivers.mavlink.plan import PlanError, parse_plan
-from gateway.commands.catalogue import OBJECT_NAME
 from gateway.contract import natsconn
-from gateway.contract.errors import MavjetError
+from gateway.contract.commands import OBJECT_NAME
+from gateway.ops.runner import run_cli
 
 BLOBS = "TWIN_BLOBS"
 
@@ -91,10 +90,9 @@ async def ls(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run(args: argparse.Namespace) -> int:
+    return await (put(args) if args.action == "put" else ls(args))
+
+
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(put(args) if args.action == "put" else ls(args))
-    except MavjetError as exc:
-        print(f"mavjet mission: {exc}", file=sys.stderr)
-        return 3
+    return run_cli(build_parser(), run, argv)

@@ -22,15 +22,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 from nats.aio.client import Client
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.contract import natsconn
-from gateway.contract.errors import ConfigError, MavjetError
+from gateway.contract.errors import ConfigError
 from gateway.contract.units import parse_duration_s
 from gateway.ops.health import Health, Thresholds, collect_health, evaluate
+from gateway.ops.runner import run_cli
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
@@ -196,7 +198,7 @@ async def run(args: argparse.Namespace) -> int:
     if args.once:
         nc = await _connect(args, persistent=False)
         try:
-            async with asyncio.timeout(timeout_s * 4):
+            with anyio.fail_after(timeout_s * 4):
                 health = await collect_health(nc.jetstream(timeout=timeout_s))
         finally:
             await nc.close()
@@ -215,10 +217,8 @@ async def run(args: argparse.Namespace) -> int:
         while True:
             started = time.monotonic()
             try:
-                async with asyncio.timeout(timeout_s * 4):
+                with anyio.fail_after(timeout_s * 4):
                     collector.update(await collect_health(js))
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # NATS down, no JetStream leader, timeouts: report, keep serving
                 collector.update(None)
                 print(f"mavjet monitor: read failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
@@ -230,11 +230,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except KeyboardInterrupt:
-        return 0
-    except (MavjetError, ValueError) as exc:
-        print(f"mavjet monitor: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(build_parser(), run, argv, errors=(ValueError,))

@@ -1,7 +1,7 @@
 """Reading the twin back out of JetStream: current state and the event trail.
 
-Both use ordered consumers with a callback (PERFORMANCE.md: callbacks are
-3-5x faster than fetch/next_msg) and stop when the consumer reports nothing
+Both use ordered consumers with a callback (3-5x faster than fetch/next_msg,
+which create a task per message) and stop when the consumer reports nothing
 pending, so a snapshot read is bounded and never waits for new data.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as jsapi
@@ -67,10 +68,8 @@ async def read_until_caught_up(
         return 0
     sub = await js.subscribe(subject, cb=cb, ordered_consumer=True, config=config)
     try:
-        async with asyncio.timeout(timeout_s):
+        with anyio.move_on_after(timeout_s):
             await done.wait()
-    except TimeoutError:
-        pass
     finally:
         await sub.unsubscribe()
     return count

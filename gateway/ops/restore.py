@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ import msgpack
 from nats.aio.client import Client
 
 from gateway.contract import natsconn
-from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.backup import (
     FORMAT,
@@ -48,6 +46,7 @@ from gateway.ops.backup import (
     file_sha256,
     messages_path,
 )
+from gateway.ops.runner import run_cli
 
 # The server refuses duplicate windows under 100 ms.
 MIN_DUPLICATE_WINDOW_NS = 100_000_000
@@ -217,9 +216,4 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except (MavjetError, OSError, ValueError) as exc:
-        print(f"mavjet restore: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(build_parser(), run, argv, errors=(OSError, ValueError))

@@ -1,28 +1,46 @@
 """The shared shape of every operator subcommand's `main(argv)`.
 
-Parse, run the coroutine, and turn the project's errors into one line on
+Parse, run the command, and turn the project's errors into one line on
 stderr and exit code 2 (Ctrl-C exits 0): callers never see a traceback for a
-bad argument or an unreachable server.
+bad argument or an unreachable server. Every subcommand's `main` is
+`run_cli(build_parser(), run, argv)`; `run` may be a coroutine function or a
+plain function (a command that manages processes rather than a connection).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import sys
 from collections.abc import Awaitable, Callable
 
 from gateway.contract.errors import MavjetError
 
+EXIT_ERROR = 2
+
 
 def run_cli(
-    parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], Awaitable[int]], argv: list[str]
+    parser: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], Awaitable[int] | int],
+    argv: list[str],
+    *,
+    errors: tuple[type[Exception], ...] = (),
 ) -> int:
+    """`errors` adds exception types (e.g. OSError for a command reading files) reported like MavjetError."""
     args = parser.parse_args(argv)
+    reported: tuple[type[Exception], ...] = (MavjetError, *errors)
     try:
-        return asyncio.run(run(args))  # type: ignore[arg-type]
-    except MavjetError as exc:
+        result = run(args)
+        if inspect.isawaitable(result):
+            return asyncio.run(_wait(result))
+        return result
+    except reported as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 0
+
+
+async def _wait(result: Awaitable[int]) -> int:
+    return await result

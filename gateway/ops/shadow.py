@@ -35,6 +35,7 @@ from nats.js.kv import KeyValue
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import SHADOW_BUCKET, check_token, shadow_key
+from gateway.ops.runner import run_cli
 from gateway.shadow.document import parse_desired
 
 DOCS = ("desired", "reported", "meta", "config")
@@ -277,11 +278,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except (MavjetError, OSError, subprocess.SubprocessError) as exc:
-        print(f"mavjet shadow: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 0
+    return run_cli(build_parser(), run, argv, errors=(OSError, subprocess.SubprocessError))

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -81,11 +82,8 @@ class _Twin:
             if left <= 0:
                 raise SortieFailed(what, f"not reached within {timeout_s:g} s")
             self.changed.clear()
-            try:
-                async with asyncio.timeout(min(left, 1.0)):
-                    await self.changed.wait()
-            except TimeoutError:
-                continue
+            with anyio.move_on_after(min(left, 1.0)):
+                await self.changed.wait()
 
 
 def offset_deg(lat_deg: float, lon_deg: float, north_m: float, east_m: float) -> tuple[float, float]:

@@ -10,14 +10,13 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import sys
 from typing import Any
 
 from analytics.options import parse_time_us
 from analytics.synth import AuditConfig, Truth, default_end_ns, publish
 from gateway.contract import natsconn
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import NatsUnavailable, add_nats_arguments
+from gateway.contract.natsconn import add_nats_arguments
+from gateway.ops.runner import run_cli
 
 
 async def ensure_stream(nc: Any, env: str) -> None:
@@ -61,23 +60,14 @@ async def _run(args: argparse.Namespace, cfg: AuditConfig, truth: Truth) -> int:
         await nc.close()
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        end_ns = parse_time_us(args.end, key="end") * 1000 if args.end else default_end_ns()
-        cfg = AuditConfig(
-            vehicles=args.vehicles, days=args.days, seed=args.seed, env=args.env, end_ns=end_ns,
-            flights_per_day=args.flights_per_day, failsafe_prob=args.failsafe_prob,
-        )
-    except ConfigError as exc:
-        print(f"mavjet synth: {exc}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    end_ns = parse_time_us(args.end, key="end") * 1000 if args.end else default_end_ns()
+    cfg = AuditConfig(
+        vehicles=args.vehicles, days=args.days, seed=args.seed, env=args.env, end_ns=end_ns,
+        flights_per_day=args.flights_per_day, failsafe_prob=args.failsafe_prob,
+    )
     truth = Truth(keep_detail=False)
-    try:
-        published = asyncio.run(_run(args, cfg, truth))
-    except NatsUnavailable as exc:
-        print(f"mavjet synth: {exc}", file=sys.stderr)
-        return 1
+    published = asyncio.run(_run(args, cfg, truth))
     summary = {"published": published, "seed": cfg.seed, "env": cfg.env,
                "start": dt.datetime.fromtimestamp(cfg.start_ns / 1e9, dt.UTC).isoformat(),
                "end": dt.datetime.fromtimestamp(cfg.end_ns / 1e9, dt.UTC).isoformat(), **truth.summary()}
@@ -87,3 +77,7 @@ def main(argv: list[str]) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_cli(build_parser(), run, argv)

@@ -1,11 +1,11 @@
 """Desired vs live: the per-field delta, flight-state rules and the retry schedule. Pure.
 
-Two kinds of field (DESIGN.md, Shadow):
+Two kinds of field:
 
 - Config fields (params, mission, geofence, rates) are level-triggered: the
   reconciler compares desired with what it last read back from the vehicle
-  and re-applies until they agree, after a reboot too. `config_delta` is that
-  comparison.
+  (`LiveConfig`) and re-applies until they agree, after a reboot too. Each
+  comparison is its step's `observe()` (gateway.shadow.steps).
 - Flight-state fields (mode, armed) are edge-triggered per desired revision:
   each is acted on at most once for a revision (`flight_due`), never while a
   failsafe or an autopilot-chosen recovery mode holds the vehicle
@@ -23,18 +23,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from drivers.mavlink.params import values_equal
-from gateway.shadow.document import Desired
-from gateway.shadow.fence import rate_matches
+from drivers.mavlink.backoff import capped_delay_s
+from drivers.mavlink.mission import MissionItem
 
 
 def retry_delay_s(attempts: int, initial_s: float, max_s: float, factor: float = 2.0) -> float:
-    """Capped exponential backoff after `attempts` failed attempts (0 → no wait)."""
-    if attempts <= 0:
-        return 0.0
-    return float(min(max_s, initial_s * factor ** (attempts - 1)))
+    """Capped exponential backoff after `attempts` failed attempts (0 → no wait): the one schedule."""
+    return capped_delay_s(attempts, initial_s=initial_s, max_s=max_s, factor=factor)
 
 
 def iso(ts_s: float) -> str:
@@ -97,56 +95,22 @@ class LiveConfig:
     """Config as last read back from the vehicle (None: not read yet)."""
 
     params: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (value, MAV_PARAM_TYPE)
+    unreadable_params: set[str] = field(default_factory=set)  # no PARAM_VALUE answered a read
     mission_digest: str | None = None
     mission_count: int | None = None
     fence_digest: str | None = None
+    fence_items: list[MissionItem] | None = None  # the FENCE items downloaded (None: not read yet)
     rates_hz: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Mismatch:
-    desired: Any
-    reported: Any
-
-
-def wanted_params(desired: Desired) -> dict[str, float]:
-    """Every parameter the document wants: `params` plus those its geofence implies."""
-    out = dict(desired.params)
-    if desired.geofence is not None and "geofence" not in desired.errors:
-        out.update(desired.geofence.params())
-    return out
-
-
-def config_delta(desired: Desired, live: LiveConfig, fence_want_digest: str | None) -> dict[str, Mismatch]:
-    """Paths of config fields whose live value differs from desired (or is not known yet)."""
-    out: dict[str, Mismatch] = {}
-    for name, value in desired.params.items():
-        path = f"params.{name}"
-        if path in desired.errors:
-            continue
-        got = live.params.get(name)
-        if got is None or not values_equal(value, got[0], got[1]):
-            out[path] = Mismatch(value, None if got is None else got[0])
-    if desired.mission is not None and (
-        live.mission_digest is None or not desired.mission.matches(live.mission_digest)
-    ):
-        out["mission"] = Mismatch(desired.mission.digest, live.mission_digest)
-    if desired.geofence is not None:
-        for name, value in desired.geofence.params().items():
-            got = live.params.get(name)
-            if got is None or not values_equal(value, got[0], got[1]):
-                out[f"geofence.{name}"] = Mismatch(value, None if got is None else got[0])
-        has_items = bool(desired.geofence.polygons or desired.geofence.circles or live.fence_digest)
-        if fence_want_digest is not None and has_items and live.fence_digest != fence_want_digest:
-            out["geofence.items"] = Mismatch(fence_want_digest, live.fence_digest)
-    for ch, hz in desired.rates.items():
-        got_hz = live.rates_hz.get(ch)
-        if got_hz is None or not rate_matches(hz, got_hz):
-            out[f"rates.{ch}"] = Mismatch(hz, got_hz)
-    return out
-
-
 # -- flight state ---------------------------------------------------------------
+
+
+class FlightResult(StrEnum):
+    ACCEPTED = "accepted"  # the command was accepted
+    ALREADY = "already"  # the vehicle was already as desired
+    FAILED = "failed"  # rejected or unanswered; retried until flight_max_attempts
+    HELD = "held"  # not acted on; not written by this version, honoured when read back
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,7 +119,7 @@ class FlightRecord:
 
     revision: int
     value: Any
-    result: str  # "accepted", "already", "failed", "held"
+    result: str  # a FlightResult; a record read back may hold any string
     attempts: int = 1
     reason: str = ""
     at_s: float = 0.0
@@ -190,9 +154,9 @@ def flight_due(revision: int, record: FlightRecord | None, *, max_attempts: int)
         return True
     if record.revision > revision:
         return False
-    if record.result == "held":
+    if record.result == FlightResult.HELD:
         return True
-    return record.result == "failed" and record.attempts < max_attempts
+    return record.result == FlightResult.FAILED and record.attempts < max_attempts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,6 +170,7 @@ class VehicleView:
     recovery_by_autopilot: bool  # ... and it entered it on its own (not on our request)
     in_air: bool
     link_up: bool
+    known_modes: tuple[str, ...] = ()  # the vehicle's mode table (empty: no HEARTBEAT yet)
 
 
 def flight_hold(fld: str, value: Any, v: VehicleView, *, revision_seen_after_recovery: bool) -> str | None:

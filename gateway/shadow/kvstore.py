@@ -18,7 +18,6 @@ number of times.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,9 +29,10 @@ import nats.js.errors
 import structlog
 from nats.js.kv import KeyValue
 
+from drivers.mavlink.backoff import capped_delay_s
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import SHADOW_BUCKET
-from gateway.publisher import Publisher
+from gateway.services import NatsAccess
 
 log = structlog.get_logger("mavjet.shadow")
 
@@ -63,7 +63,7 @@ def encode(doc: dict[str, Any]) -> bytes:
 class ShadowStore:
     """The TWIN_SHADOW bucket over the gateway's one NATS connection."""
 
-    def __init__(self, publisher: Publisher) -> None:
+    def __init__(self, publisher: NatsAccess) -> None:
         self.publisher = publisher
         self._kv: KeyValue | None = None
         self._kv_gen = -1
@@ -202,9 +202,7 @@ async def watch_key(
                         await watcher.stop()
                     except Exception as exc:  # a dead subscription cannot be stopped: fine
                         log.debug("watch_stop_failed", key=key, error=repr(exc))
-        except Exception as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+        except Exception as exc:  # nats-py raises a wide range; the watch is re-created after a backoff
             failures += 1
             log.warning("shadow_watch_restart", key=key, error=f"{type(exc).__name__}: {exc}", failures=failures)
-            await anyio.sleep(min(retry_max_s, retry_s * 2 ** min(failures - 1, 16)))
+            await anyio.sleep(capped_delay_s(failures, initial_s=retry_s, max_s=retry_max_s))

@@ -1,38 +1,43 @@
-"""The shadow as a gateway extension: one reconciler per vehicle the gateway serves.
+"""The shadow as a gateway service: one reconciler per vehicle the gateway serves.
 
-Added to `Gateway.extensions`; the daemon starts `run(gateway)` inside its
-intake task group once the links are started and cancels it on shutdown.
-NATS may be unreachable at start: each reconciler keeps working from the
-vehicle side and its KV calls wait for (and survive) the connection.
+The daemon starts `run(ctx)` inside its intake task group once the links are
+started and cancels it on shutdown. NATS may be unreachable at start: each
+reconciler keeps working from the vehicle side and its KV calls wait for
+(and survive) the connection.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
+from anyio.abc import TaskStatus
 
-from drivers.mavlink.runner import DEFAULT_CONFIG, ProtocolConfig
+from drivers.mavlink.runner import ProtocolConfig
+from gateway.services import ServiceContext
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.kvstore import ShadowStore
 from gateway.shadow.reconciler import VehicleReconciler
 
 
 class ShadowService:
-    def __init__(self, cfg: ShadowConfig | None = None, *, protocols: ProtocolConfig = DEFAULT_CONFIG) -> None:
+    def __init__(self, cfg: ShadowConfig | None = None, *, protocols: ProtocolConfig | None = None) -> None:
         self.cfg = cfg or ShadowConfig()
+        # MAVLink timeouts and retries are each vehicle session's (GatewayConfig.protocols, `[commands]`);
+        # accepted here for callers that name them, not a second source.
         self.protocols = protocols
         self.reconcilers: dict[str, VehicleReconciler] = {}
         self.store: ShadowStore | None = None
         self.started = anyio.Event()
 
-    async def run(self, gateway: Any) -> None:
+    async def run(self, ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if not self.cfg.enabled:
+            task_status.started()
             return
-        self.store = ShadowStore(gateway.publisher)
-        for vid, twin in gateway.twins.items():
-            self.reconcilers[vid] = VehicleReconciler(twin, self.store, self.cfg, protocols=self.protocols)
+        self.store = ShadowStore(ctx.nats)
+        for vid, vehicle in ctx.vehicles.items():
+            self.reconcilers[vid] = VehicleReconciler(vehicle, self.store, self.cfg, gateway=ctx.cfg, nats=ctx.nats,
+                                                      metrics=ctx.metrics)
         async with anyio.create_task_group() as tg:
             for vid, rec in self.reconcilers.items():
                 tg.start_soon(rec.run, name=f"vehicle[{vid}].shadow")
             self.started.set()
+            task_status.started()

@@ -1,4 +1,4 @@
-"""The command catalogue, fed with plain dicts and bytes (no I/O)."""
+"""The command catalogue (contract), preconditions and MAV_CMD mapping, fed with plain dicts and bytes (no I/O)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ import pytest
 
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
-from gateway.commands.catalogue import (
+from gateway.commands.preconditions import check_mode
+from gateway.commands.spec import mav_action, precondition_failure
+from gateway.contract.commands import (
     CATALOGUE,
     Command,
     CommandInvalid,
-    check_mode,
     decode_command,
     encode_command,
-    mav_action,
     parse_cli_params,
-    precondition_failure,
     result_data,
     validate_params,
 )

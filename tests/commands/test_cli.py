@@ -10,7 +10,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from gateway.ops.natsserver import NatsServer
-from tests.commands.conftest import ENV, command_rig
+from tests.support.commands import ENV, command_rig
 
 
 async def mavjet(*args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:

@@ -1,21 +1,32 @@
-"""Effectively once across a SIGKILL: the vehicle accepted, the ledger has it, the ack never went out."""
+"""Effectively once across a SIGKILL: the vehicle accepted, the ledger has it, the ack never went out.
+
+The gateway runs as a process whose NATS connection goes through a proxy in
+this test. The proxy stops forwarding the gateway's traffic the moment it
+hands the gateway the command under test, so the gateway executes it and
+writes its ledger, but its ack and its `cmd_result` never reach the server.
+The test waits for the ledger row and kills the gateway: the worst moment
+for a crash, reproduced without any hook in the gateway.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import signal
+import sqlite3
 import sys
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from nats.aio.client import Client
+from nats.js.api import StreamInfo
 
 from drivers.mavlink.dialect import mavlink2
-from gateway.commands.executor import CRASH_ENV
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
-from tests.commands.conftest import ENV, cmd_results, ready_to_fly
+from tests.support.commands import ENV, cmd_results, ready_to_fly
 
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
 CONFIG = """
@@ -36,26 +47,84 @@ backoff_max_s = 0.5
 """
 
 
-async def start_gateway(url: str, endpoint: str, tmp_path: Path, log_name: str, *, crash_on: str | None = None
-                        ) -> asyncio.subprocess.Process:
+class FreezingProxy:
+    """A TCP proxy to nats-server that drops everything its clients send once `trigger` was delivered to them."""
+
+    def __init__(self, upstream: tuple[str, int], trigger: bytes) -> None:
+        self.upstream = upstream
+        self.trigger = trigger
+        self.frozen = asyncio.Event()
+        self.port = 0
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, to_client: bool) -> None:
+        tail = b""
+        try:
+            while data := await reader.read(65536):
+                if to_client:
+                    if self.trigger in tail + data:
+                        self.frozen.set()  # before the client can answer what it is about to receive
+                    tail = data[-len(self.trigger):]
+                elif self.frozen.is_set():
+                    continue  # the client's ack, result and pings go nowhere
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(*self.upstream)
+        await asyncio.gather(self._pump(server_r, client_w, to_client=True),
+                             self._pump(client_r, server_w, to_client=False))
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        try:
+            yield f"nats://127.0.0.1:{self.port}"
+        finally:
+            server.close()
+
+
+def ledger_result(path: Path, cmd_id: str) -> str | None:
+    """The gateway's ledger row for `cmd_id`, read as another process would (WAL allows a reader)."""
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT result FROM ledger WHERE cmd_id = ?", (cmd_id,)).fetchone()
+    except sqlite3.OperationalError:  # not created yet
+        return None
+    finally:
+        db.close()
+    return None if row is None else str(row[0])
+
+
+async def start_gateway(url: str, endpoint: str, tmp_path: Path, log_name: str) -> asyncio.subprocess.Process:
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(CONFIG)
-    env = dict(os.environ)
-    env.pop(CRASH_ENV, None)
-    if crash_on:
-        env[CRASH_ENV] = crash_on
     args = [sys.executable, "-m", "gateway", "gateway", "--config", str(cfg), "--nats", url, "--env", ENV,
             "--state-dir", str(tmp_path / "state"), "--instance", "proc-gw", "--vehicle", f"VID-001={endpoint}"]
     with (tmp_path / log_name).open("wb") as log:
-        return await asyncio.create_subprocess_exec(*args, stdout=log, stderr=log, env=env)
+        return await asyncio.create_subprocess_exec(*args, stdout=log, stderr=log)
+
+
+async def stream_drained(nc: Client, *, timeout_s: float) -> StreamInfo:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = await nc.jetstream().stream_info("TWIN_CMD")
+        if info.state.messages == 0 or time.monotonic() > deadline:
+            return info
+        await asyncio.sleep(0.1)
 
 
 async def stop(proc: asyncio.subprocess.Process) -> int:
     if proc.returncode is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            async with asyncio.timeout(20):
-                await proc.wait()
+            await asyncio.wait_for(proc.wait(), 20)
         except TimeoutError:
             proc.kill()
             await proc.wait()
@@ -69,15 +138,22 @@ async def test_sigkill_after_accept_before_ack_does_not_execute_twice(
     async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet:
         v = fleet.vehicles[0]
         await ready_to_fly(fleet)
-        proc = await start_gateway(nats_server.url, fleet.endpoints[0], tmp_path, "gw1.log", crash_on="set_mode")
-        try:
-            async with CommandClient(provisioned, ENV, issuer="pytest") as client:
+        proxy = FreezingProxy((nats_server.host, nats_server.port), trigger=b".cmd.set_mode ")
+        async with proxy.running() as proxied_url, CommandClient(provisioned, ENV, issuer="pytest") as client:
+            proc = await start_gateway(proxied_url, fleet.endpoints[0], tmp_path, "gw1.log")
+            try:
                 # Only a ready gateway answers: use a harmless command to know it is consuming.
                 first = await client.call("VID-001", "param_get", {"name": "RTL_ALT"}, timeout_s=40)
                 assert first.accepted, first
                 cmd_id = await client.publish("VID-001", "set_mode", {"mode": "GUIDED"})
-                async with asyncio.timeout(20):
-                    rc = await proc.wait()
+                await asyncio.wait_for(proxy.frozen.wait(), 20)
+                ledger = tmp_path / "state" / "commands.sqlite"
+                deadline = time.monotonic() + 20
+                while ledger_result(ledger, cmd_id) != "accepted":
+                    assert time.monotonic() < deadline, (tmp_path / "gw1.log").read_text()[-2000:]
+                    await asyncio.sleep(0.05)
+                proc.send_signal(signal.SIGKILL)
+                rc = await asyncio.wait_for(proc.wait(), 20)
                 assert rc == -signal.SIGKILL, (tmp_path / "gw1.log").read_text()[-2000:]
                 # The vehicle executed it; the message is still in TWIN_CMD, unacked; no result yet.
                 assert sum(e.command == SET_MODE for e in v.executions) == 1
@@ -90,12 +166,13 @@ async def test_sigkill_after_accept_before_ack_does_not_execute_twice(
                 r = await client.wait(cmd_id, 40)
                 assert r.accepted, r
                 assert r.data["deliveries"] == 1  # the result recorded before the crash, re-spooled as is
+                # The result may come from the spool before AckWait passes: wait for the redelivery.
+                info = await stream_drained(provisioned, timeout_s=20)
                 # Redelivered and acked without a second execution.
                 assert sum(e.command == SET_MODE for e in v.executions) == 1
-                info = await provisioned.jetstream().stream_info("TWIN_CMD")
                 assert info.state.messages == 0
-        finally:
-            rc2 = await stop(proc)
+            finally:
+                rc2 = await stop(proc)
         assert rc2 == 0, (tmp_path / "gw2.log").read_text()[-2000:]
     results = [d for d in await cmd_results(provisioned) if d["cmd_id"] == cmd_id]
     assert len(results) == 1 and results[0]["result"] == "accepted"

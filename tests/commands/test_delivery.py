@@ -12,7 +12,8 @@ from nats.aio.client import Client
 from drivers.mavlink.dialect import mavlink2
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
-from tests.commands.conftest import cmd_results, command_rig, ready_to_fly, wait_for
+from tests.support import wait_for
+from tests.support.commands import cmd_results, command_rig, ready_to_fly
 
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
 
@@ -90,7 +91,7 @@ async def test_consumer_survives_nats_server_restart(provisioned: Client, nats_s
 async def test_in_progress_acks_keep_a_long_command(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from tests.commands.conftest import TEST_COMMANDS
+    from tests.support.commands import TEST_COMMANDS
 
     # AckWait 1 s, but the takeoff is answered IN_PROGRESS until the climb ends (seconds):
     # only the in_progress acks keep JetStream from redelivering it meanwhile.

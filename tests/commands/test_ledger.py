@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -49,13 +50,13 @@ async def test_concurrent_records_are_group_committed(tmp_path: Path) -> None:
 
     ledger = Ledger(tmp_path / "g.sqlite")
     calls: list[int] = []
-    original = ledger.record_many_sync
+    original = ledger.write_batch
 
-    def counting(batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
+    def counting(db: sqlite3.Connection, batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
         calls.append(len(batch))
-        return original(batch)
+        return original(db, batch)
 
-    ledger.record_many_sync = counting  # type: ignore[method-assign]
+    ledger.write_batch = counting  # type: ignore[method-assign]
     wrote: dict[str, bool] = {}
 
     async def one(i: int) -> None:

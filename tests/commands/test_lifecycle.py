@@ -8,7 +8,8 @@ from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
 from gateway.ops.natsserver import NatsServer
-from tests.commands.conftest import cmd_results, command_rig, ready_to_fly, wait_for
+from tests.support import wait_for
+from tests.support.commands import cmd_results, command_rig, ready_to_fly
 
 ARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM
 TAKEOFF = mavlink2.MAV_CMD_NAV_TAKEOFF
@@ -56,7 +57,7 @@ async def test_invalid_commands_are_terminated_with_the_reason(
 ) -> None:
     import msgpack
 
-    from gateway.commands.catalogue import encode_command
+    from gateway.contract.commands import encode_command
 
     async with command_rig(provisioned, nats_server.url, tmp_path / "state") as rig:
         c = rig.client

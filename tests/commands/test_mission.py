@@ -19,8 +19,8 @@ from gateway.contract.subjects import BLOBS_BUCKET
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from sim.vehicle import SimVehicle
-from tests.commands.conftest import ENV, command_rig, ready_to_fly
 from tests.support import collect_events
+from tests.support.commands import ENV, command_rig, ready_to_fly
 
 PLAN = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"
 

@@ -10,7 +10,7 @@ from drivers.mavlink.dialect import mavlink2
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.sortie import SortiePlan, distance_m, fly_sortie, offset_deg, waypoints
 from sim.fleet import SimConfig
-from tests.commands.conftest import ENV, command_rig
+from tests.support.commands import ENV, command_rig
 
 
 def test_waypoints_are_on_the_circle() -> None:

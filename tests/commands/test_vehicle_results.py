@@ -19,7 +19,7 @@ from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
 from gateway.ops.natsserver import NatsServer
-from tests.commands.conftest import (
+from tests.support.commands import (
     TEST_COMMANDS,
     cmd_results,
     command_rig,

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import nats
@@ -13,38 +10,7 @@ import pytest
 from nats.aio.client import Client
 
 from gateway.ops.natsserver import NatsServer, free_port
-
-CLUSTER_READY_S = 45.0
-
-
-@dataclass
-class NatsCluster:
-    nodes: list[NatsServer]
-    names: list[str]
-
-    @property
-    def urls(self) -> list[str]:
-        return [n.url for n in self.nodes]
-
-    @property
-    def url_list(self) -> str:
-        return ",".join(self.urls)
-
-    def node_named(self, name: str) -> NatsServer:
-        return self.nodes[self.names.index(name)]
-
-
-def cluster_config(name: str, cluster_port: int, route_ports: list[int]) -> str:
-    routes = "\n".join(f'    "nats://127.0.0.1:{p}"' for p in route_ports)
-    return (
-        f"server_name: {name}\n"
-        "jetstream { max_file_store: 1TB, max_memory_store: 256MB }\n"
-        "cluster {\n"
-        "  name: mavjet-test\n"
-        f"  listen: 127.0.0.1:{cluster_port}\n"
-        "  routes: [\n" + routes + "\n  ]\n"
-        "}\n"
-    )
+from tests.support.cluster import NatsCluster, cluster_config, wait_jetstream_ready
 
 
 @pytest.fixture
@@ -77,21 +43,6 @@ def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
     finally:
         for n in nodes:
             n.cleanup()
-
-
-async def wait_jetstream_ready(nc: Client, timeout_s: float = CLUSTER_READY_S) -> None:
-    """Poll until the cluster has a JetStream meta leader (account_info answers)."""
-    js = nc.jetstream(timeout=2)
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            await js.account_info()
-            return
-        except Exception as exc:  # no meta leader yet: timeouts, 503s
-            last = exc
-            await asyncio.sleep(0.25)
-    raise TimeoutError(f"JetStream cluster not ready within {timeout_s}s: {last!r}")
 
 
 @pytest.fixture

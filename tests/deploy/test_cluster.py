@@ -22,8 +22,7 @@ from nats.js import api as jsapi
 from gateway.contract import envelope
 from gateway.contract.subjects import cmd_subject, event_subject, shadow_key
 from gateway.ops.health import collect_health
-
-from .conftest import NatsCluster
+from tests.support.cluster import NatsCluster
 
 pytestmark = pytest.mark.slow
 

@@ -17,11 +17,10 @@ vehicle executed it once), and the outage `desired` converges.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +45,11 @@ from gateway.ops.client import CommandClient
 from gateway.shadow.service import ShadowService
 from gateway.telemetry import Event
 from sim.fleet import SimConfig, SimFleet
-from tests.commands.conftest import TEST_COMMANDS
-from tests.shadow.conftest import FAST as FAST_SHADOW
-from tests.support import gateway_config, wait_for
+from tests.shadow.harness import FAST as FAST_SHADOW
+from tests.support import gateway_config, wait_for, wait_for_async
+from tests.support.cluster import NatsCluster
+from tests.support.commands import TEST_COMMANDS
 
-from .conftest import NatsCluster
 from .test_cluster import provision_cluster, retrying
 
 ENV = "test"
@@ -60,23 +59,6 @@ PROBE = "failover probe "
 PROBE_INTERVAL_S = 0.05
 OUTAGE_CMD_ID = "failover-outage-cmd"
 BASELINE_CMD_ID = "failover-baseline-cmd"
-
-
-async def poll(what: str, check: Callable[[], Awaitable[Any]], timeout_s: float, interval_s: float = 0.2) -> Any:
-    """Await `check()` until it returns something truthy; JetStream errors count as "not yet"."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except Exception as exc:  # an election in progress: timeouts, 503s, no responders
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s (last: {last!r})")
-        await asyncio.sleep(interval_s)
 
 
 async def stream_events(nc: Client) -> list[tuple[str, str, dict[str, Any]]]:
@@ -119,15 +101,15 @@ async def test_gateway_through_events_leader_failover(
                                 commands=TEST_COMMANDS, shadow=FAST_SHADOW)
         cfg = dataclasses.replace(single, nats=NatsOptions(servers=tuple(nats_cluster.urls), connect_timeout_s=1.0))
         gw = with_services(Gateway(cfg))
-        commands = next(e for e in gw.extensions if isinstance(e, CommandService))
-        shadow = next(e for e in gw.extensions if isinstance(e, ShadowService))
+        commands = next(e for e in gw.services if isinstance(e, CommandService))
+        shadow = next(e for e in gw.services if isinstance(e, ShadowService))
         emitted: list[str] = []  # Nats-Msg-Id of every event the twins emitted, in order
 
         def record(ev: Event) -> None:
             emitted.append(ev.msg_id)
 
         for twin in gw.twins.values():
-            twin.on_event_hooks.append(record)
+            twin.subscribe(record)
 
         probes = 0
         stop_chatter = anyio.Event()
@@ -156,8 +138,7 @@ async def test_gateway_through_events_leader_failover(
                 res = await cc.call("VID-001", "set_mode", {"mode": "ALT_HOLD"}, cmd_id=BASELINE_CMD_ID, timeout_s=20)
                 assert res.accepted, res
                 tg.start_soon(chatter)
-                await poll("probes stored before the kill",
-                           lambda: last_event(cluster_nc, "VID-002", "statustext"), 20)
+                await wait_for_async(lambda: last_event(cluster_nc, "VID-002", "statustext"), 20, 0.2, what="probes stored before the kill", ignore=(Exception,))
 
                 # Kill the node leading TWIN_EVENTS.
                 async def leader() -> str:
@@ -185,7 +166,7 @@ async def test_gateway_through_events_leader_failover(
                     d = await last_event(cluster_nc, "VID-001", "cmd_result")
                     return d if d and d.get("cmd_id") == OUTAGE_CMD_ID else None
 
-                result = await poll("cmd_result of the outage command", outage_result, 40)
+                result = await wait_for_async(outage_result, 40, 0.2, what="cmd_result of the outage command", ignore=(Exception,))
                 assert result["result"] == "accepted", result
 
                 async def converged() -> dict[str, Any] | None:
@@ -193,7 +174,7 @@ async def test_gateway_through_events_leader_failover(
                     rep: dict[str, Any] = json.loads(e.value or b"null") or {}
                     return rep if rep.get("desired_revision") == rev and rep.get("converged") else None
 
-                reported = await poll("outage desired converged", converged, 40)
+                reported = await wait_for_async(converged, 40, 0.2, what="outage desired converged", ignore=(Exception,))
                 assert reported["params"] == {"RTL_ALT": 2345}
                 assert fleet.vehicles[0].params["RTL_ALT"] == 2345.0
 
@@ -202,7 +183,7 @@ async def test_gateway_through_events_leader_failover(
                     nums = [_probe_number(await last_event(cluster_nc, vid, "statustext")) for vid in VIDS]
                     return min(nums) > probes_at_kill + 10
 
-                await poll("probes emitted after the kill stored", stored_after_kill, 40)
+                await wait_for_async(stored_after_kill, 40, 0.2, what="probes emitted after the kill stored", ignore=(Exception,))
                 inf = await retrying(lambda: js.stream_info(EVENTS_STREAM), what="info during outage")
                 assert inf.cluster is not None and inf.cluster.leader not in (None, victim_name)
                 assert victim.proc is None, "the killed node is running again"
@@ -215,13 +196,11 @@ async def test_gateway_through_events_leader_failover(
                 await anyio.to_thread.run_sync(victim.start)
                 probes_at_restart = probes
                 for vid in VIDS:
-                    await poll(f"{vid} state after the restart",
-                               lambda v=vid: _newer(last_state_seq(cluster_nc, v), state_before[v]), 30)  # type: ignore[misc]
+                    await wait_for_async(lambda v=vid: _newer(last_state_seq(cluster_nc, v), state_before[v]), 30, 0.2, what=f"{vid} state after the restart", ignore=(Exception,))  # type: ignore[misc]
                 await wait_for(lambda: probes >= probes_at_restart + 20, 20)
                 stop_chatter.set()
                 last_probe = f"{PROBE}{probes - 1}"
-                await poll("last probe stored",
-                           lambda: _any_text(cluster_nc, last_probe), 40)
+                await wait_for_async(lambda: _any_text(cluster_nc, last_probe), 40, 0.2, what="last probe stored", ignore=(Exception,))
             finally:
                 stop_chatter.set()
                 gw.request_stop("test done")

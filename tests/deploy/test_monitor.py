@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from gateway.ops.health import (
 )
 from gateway.ops.monitor import HealthCollector
 from gateway.ops.natsserver import NatsServer, free_port
+from tests.support import wait_for_async
 
 from . import yamlsubset
 
@@ -136,20 +136,6 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
         return parse_metrics(resp.read().decode())
 
 
-async def wait_for(cond, timeout_s: float = 20.0, what: str = ""):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = await asyncio.to_thread(cond)
-            if last:
-                return last
-        except OSError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}: {last!r}")
-
-
 async def test_monitor_exports_live_health(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     js = provisioned.jetstream()
     await js.add_consumer("TWIN_CMD", jsapi.ConsumerConfig(
@@ -172,7 +158,7 @@ async def test_monitor_exports_live_health(provisioned: Client, nats_server: Nat
             m = scrape(port)
             return any(lbl.get("consumer") == "gw-VID-001" for lbl, _ in m.get("mavjet_consumer_pending_messages", []))
 
-        await wait_for(has_consumer, what="consumer metrics")
+        await wait_for_async(lambda: asyncio.to_thread(has_consumer), 20.0, 0.1, what="consumer metrics", ignore=(OSError,))
         m = scrape(port)
         key = {"stream": "TWIN_CMD", "consumer": "gw-VID-001"}
         assert (key, 3.0) in m["mavjet_consumer_pending_messages"]
@@ -185,11 +171,12 @@ async def test_monitor_exports_live_health(provisioned: Client, nats_server: Nat
 
         # NATS goes away: the exporter keeps serving and says so; then it recovers.
         nats_server.stop()
-        await wait_for(lambda: scrape(port)["mavjet_monitor_up"] == [({}, 0.0)], what="monitor_up 0")
+        await wait_for_async(lambda: asyncio.to_thread(lambda: scrape(port)["mavjet_monitor_up"] == [({}, 0.0)]), 20.0, 0.1,
+                             what="monitor_up 0", ignore=(OSError,))
         assert "mavjet_consumer_pending_messages" not in scrape(port)
         nats_server.start()
-        await wait_for(lambda: scrape(port)["mavjet_monitor_up"] == [({}, 1.0)], timeout_s=30,
-                       what="monitor_up back to 1")
+        await wait_for_async(lambda: asyncio.to_thread(lambda: scrape(port)["mavjet_monitor_up"] == [({}, 1.0)]), 30.0, 0.1,
+                             what="monitor_up back to 1", ignore=(OSError,))
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 10)

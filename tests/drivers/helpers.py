@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
+from drivers.mavlink.dialect import mavlink2
 
 VEHICLE_SYS = 1
 VEHICLE_COMP = 1

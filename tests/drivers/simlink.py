@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -17,6 +16,7 @@ from drivers.mavlink.runner import ProtocolConfig
 from drivers.mavlink.transport import Endpoint
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
+from tests import support
 
 #: Timeouts for tests: short enough to keep retries quick, long enough for a loaded 2-core box.
 FAST = ProtocolConfig(
@@ -65,9 +65,5 @@ async def sim_link(config: SimConfig | None = None) -> AsyncIterator[tuple[Mavli
 
 
 async def wait_for(cond: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
-    """Poll `cond` until true, bounded in time."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await anyio.sleep(0.05)
+    """The one bounded wait (`tests.support.wait_for`), with `what` third as the driver tests write it."""
+    await support.wait_for(cond, timeout_s, what=what)

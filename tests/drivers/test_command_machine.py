@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from drivers.mavlink.command import (
     MAV_RESULT_CANCELLED,
@@ -14,6 +13,7 @@ from drivers.mavlink.command import (
     CommandState,
     mav_result_name,
 )
+from drivers.mavlink.dialect import mavlink2
 from gateway.contract.errors import ConfigError
 from tests.drivers.helpers import GCS_SYS, ack, heartbeat
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.fence import GeofenceError, geofence_from_dict
 from drivers.mavlink.mission import FENCE
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import (
     FENCE,
     MISSION,

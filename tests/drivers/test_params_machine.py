@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.params import (
     REAL32,
     ParamConfig,

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import FENCE, MISSION, RALLY
 from drivers.mavlink.plan import PlanError, digest, parse_plan, plan_from_dict, plan_to_dict
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from drivers.mavlink.command import CommandResult
+from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.fence import geofence_from_dict
 from drivers.mavlink.link import LinkConfig, MavlinkLink
 from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
@@ -26,6 +26,7 @@ from drivers.mavlink.runner import (
     upload_and_verify,
     upload_mission,
 )
+from drivers.mavlink.session import VehicleSession
 from drivers.mavlink.transport import Endpoint
 from gateway.contract.errors import CommandRejected, LinkError
 from sim.fleet import SimConfig
@@ -244,9 +245,10 @@ async def test_concurrent_mission_transfers_on_one_link_are_serialised() -> None
     results: dict[str, str] = {}
 
     async def put(key: str, items: tuple[MissionItem, ...], mission_type: int = MISSION) -> None:
-        results[key] = await upload_and_verify(link, items, mission_type, config=FAST)
+        results[key] = await session.upload_and_verify(items, mission_type)
 
     async with sim_link() as (link, _v):
+        session = VehicleSession(link, protocols=FAST)  # owns the vehicle's transfer lock
         async with anyio.create_task_group() as tg:
             tg.start_soon(put, "a", plan.mission)
             tg.start_soon(put, "b", other)

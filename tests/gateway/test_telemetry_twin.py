@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from drivers.mavlink.dialect import mavlink2 as m
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.read import current_state
-from gateway.telemetry import VehicleModel
+from gateway.telemetry import TelemetryModel
 from sim.fleet import SimConfig, SimFleet
 from tests.support import (
     ENV,
@@ -221,7 +221,7 @@ async def test_px4_flavour_and_a_crashing_vehicle_task(provisioned: Client, nats
             # A bug in one vehicle's message handling is contained and counted.
             boom = {"n": 0}
 
-            class Broken(VehicleModel):
+            class Broken(TelemetryModel):
                 def update(self, msg: object, recv_ns: int) -> None:
                     boom["n"] += 1
                     raise RuntimeError("injected bug")

@@ -8,19 +8,19 @@ import pytest
 
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import FENCE
+from drivers.mavlink.plan import Plan
 from gateway.shadow.diff import (
     DeltaBook,
     FlightRecord,
     LiveConfig,
     VehicleView,
-    config_delta,
     flight_due,
     flight_hold,
     retry_delay_s,
-    wanted_params,
 )
-from gateway.shadow.document import check_mode, check_param, parse_desired
+from gateway.shadow.document import Desired, check_mode, check_param, parse_desired
 from gateway.shadow.fence import fence_to_json, rate_matches, rate_message
+from gateway.shadow.steps import Finding, GeofenceStep, MissionStep, ParamsStep, RatesStep, Verdict
 
 INT8 = mavlink2.MAV_PARAM_TYPE_INT8
 INT32 = mavlink2.MAV_PARAM_TYPE_INT32
@@ -108,14 +108,24 @@ def test_check_param_against_vehicle_types() -> None:
     assert check_mode("GUIDED", []) is not None
 
 
+async def _no_plan(name: str) -> Plan:
+    raise AssertionError("observe() does no I/O")
+
+
+def config_delta(d: Desired, live: LiveConfig) -> dict[str, Finding]:
+    """The config steps' observe(), as the reconciler runs them: paths not as desired (or not read yet)."""
+    steps = (ParamsStep(), MissionStep(_no_plan), GeofenceStep(), RatesStep(request_timeout_s=1.0))
+    return {f.path: f for step in steps for f in step.observe(d, live) if f.verdict is not Verdict.OK}
+
+
 def test_config_delta_params_tolerance_and_missing() -> None:
     d = parse_desired(doc(params={"RTL_ALT": 2000, "WPNAV_SPEED": 7.3}), revision=1)
     live = LiveConfig(params={"RTL_ALT": (2000.0, INT32), "WPNAV_SPEED": (7.300000190734863, REAL32)})
-    assert config_delta(d, live, None) == {}
+    assert config_delta(d, live) == {}
     live.params["RTL_ALT"] = (1500.0, INT32)
-    delta = config_delta(d, live, None)
+    delta = config_delta(d, live)
     assert set(delta) == {"params.RTL_ALT"} and delta["params.RTL_ALT"].reported == 1500.0
-    assert set(config_delta(d, LiveConfig(), None)) == {"params.RTL_ALT", "params.WPNAV_SPEED"}
+    assert set(config_delta(d, LiveConfig())) == {"params.RTL_ALT", "params.WPNAV_SPEED"}
 
 
 def test_config_delta_mission_fence_rates() -> None:
@@ -127,13 +137,17 @@ def test_config_delta_mission_fence_rates() -> None:
     assert d.geofence is not None
     want = d.geofence.digest
     params = {k: (v, REAL32) for k, v in d.geofence.params().items()}
-    live = LiveConfig(params=params, mission_digest=DIGEST, fence_digest=want, rates_hz={"position": 5.0})
-    assert config_delta(d, live, want) == {}
+    live = LiveConfig(params=params, mission_digest=DIGEST, fence_digest=want, fence_items=list(d.geofence.items()),
+                      rates_hz={"position": 5.0})
+    assert config_delta(d, live) == {}
     live.mission_digest = "cd" * 32
     live.fence_digest = None
     live.rates_hz["position"] = 10.0
-    assert set(config_delta(d, live, want)) == {"mission", "geofence.items", "rates.position"}
-    assert wanted_params(d)["FENCE_ACTION"] == 2.0
+    delta = config_delta(d, live)
+    # the geofence step's one path says what differs: here the zones (items), not the FENCE_* params
+    assert set(delta) == {"mission", "geofence", "rates.position"}
+    assert delta["geofence"].reason.startswith("zones digest") and "FENCE_" not in delta["geofence"].reason
+    assert d.geofence.params()["FENCE_ACTION"] == 2.0
 
 
 def test_fence_items_and_back() -> None:

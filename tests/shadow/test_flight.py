@@ -9,7 +9,8 @@ from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
 from gateway.contract.subjects import EVENTS_STREAM, event_subject
-from tests.shadow.conftest import ENV, Shadowed, wait_for
+from tests.shadow.harness import Shadowed
+from tests.support import ENV, wait_for, wait_for_async
 
 VID = "VID-001"
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
@@ -25,7 +26,7 @@ async def last_event(nc: Client, etype: str) -> dict[str, Any] | None:
         msg = await nc.jetstream().get_last_msg(EVENTS_STREAM, event_subject(ENV, VID, etype))
     except Exception:
         return None
-    data: dict[str, Any] = msgpack.unpackb(msg.data, timestamp=3)["data"]
+    data: dict[str, Any] = msgpack.unpackb(msg.data or b"", timestamp=3)["data"]
     return data
 
 
@@ -83,8 +84,6 @@ async def wait_for_event(sh: Shadowed, etype: str, fld: str | None) -> dict[str,
         if ev is not None and (fld is None or ev.get("field") == fld):
             return ev
         return None
-
-    from tests.shadow.conftest import wait_for_async
 
     result: dict[str, Any] = await wait_for_async(check, 20)
     return result

@@ -10,7 +10,8 @@ from nats.aio.client import Client
 
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
-from tests.shadow.conftest import Shadowed, shadowed, wait_for
+from tests.shadow.harness import Shadowed, shadowed
+from tests.support import wait_for
 
 VID = "VID-001"
 

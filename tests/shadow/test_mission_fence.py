@@ -10,7 +10,8 @@ from drivers.mavlink.fence import geofence_from_dict
 from drivers.mavlink.mission import FENCE, MISSION
 from drivers.mavlink.plan import digest, parse_plan
 from gateway.contract.subjects import BLOBS_BUCKET
-from tests.shadow.conftest import Shadowed, wait_for
+from tests.shadow.harness import Shadowed
+from tests.support import wait_for
 
 VID = "VID-001"
 PLAN = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"

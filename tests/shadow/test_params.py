@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.shadow.conftest import Shadowed, wait_for
+from tests.shadow.harness import Shadowed
+from tests.support import wait_for
 
 VID = "VID-001"
 

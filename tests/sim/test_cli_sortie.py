@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from sim import cli
-from tests.sim.conftest import MavClient, running, until
+from tests.support import wait_for
+from tests.support.sim import MavClient, running
 
 
 async def test_cli_prints_endpoints_serves_mavlink_and_exits_0_on_sigterm() -> None:
@@ -64,8 +65,8 @@ def test_cli_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) ->
 async def test_sortie_flies_and_lands_on_its_own() -> None:
     async with running(vehicles=2, speedup=40.0, sortie=True, tick_s=0.05) as fleet:
         v = fleet.vehicles[0]
-        await until(lambda: v.armed, timeout_s=15)
-        await until(lambda: v.alt_m > 10.0, timeout_s=15)
+        await wait_for(lambda: v.armed, timeout_s=15, interval_s=0.02)
+        await wait_for(lambda: v.alt_m > 10.0, timeout_s=15, interval_s=0.02)
         max_dist = 0.0
 
         def away() -> bool:
@@ -77,12 +78,12 @@ async def test_sortie_flies_and_lands_on_its_own() -> None:
             max_dist = max(max_dist, geo.distance_m(home[0], home[1], v.lat_deg, v.lon_deg))
             return v.sortie.flights >= 1
 
-        await until(away, timeout_s=45)
+        await wait_for(away, timeout_s=45, interval_s=0.02)
         assert max_dist > 30.0
         assert not v.armed or v.sortie.flights >= 1
         assert v.executions == []  # nobody commanded it
         # the second vehicle flies too, on its own schedule
-        await until(lambda: fleet.vehicles[1].sortie.flights >= 1 or fleet.vehicles[1].armed, timeout_s=30)
+        await wait_for(lambda: fleet.vehicles[1].sortie.flights >= 1 or fleet.vehicles[1].armed, timeout_s=30, interval_s=0.02)
 
 
 async def test_sortie_steps_aside_when_a_ground_station_commands() -> None:
@@ -92,9 +93,9 @@ async def test_sortie_steps_aside_when_a_ground_station_commands() -> None:
         v = fleet.vehicles[0]
         gcs = await MavClient.connect(fleet.endpoints[0])
         try:
-            await until(lambda: v.alt_m > 5.0, timeout_s=20)
+            await wait_for(lambda: v.alt_m > 5.0, timeout_s=20, interval_s=0.02)
             await gcs.command_long(1, M.MAV_CMD_NAV_LAND)
-            await until(lambda: not v.armed, timeout_s=20)
+            await wait_for(lambda: not v.armed, timeout_s=20, interval_s=0.02)
             await asyncio.sleep(1.0)  # 40 s of sim time: the sortie would have flown again
             assert not v.armed and v.external_control
         finally:

@@ -10,7 +10,8 @@ import socket
 from pymavlink.dialects.v20 import ardupilotmega as M
 
 from sim.fleet import SimFleet
-from tests.sim.conftest import MavClient, ready, running, until
+from tests.support import wait_for
+from tests.support.sim import MavClient, ready, running
 
 ARM = M.MAV_CMD_COMPONENT_ARM_DISARM
 OK = M.MAV_RESULT_ACCEPTED
@@ -27,7 +28,7 @@ async def test_retransmission_with_confirmation_is_acked_but_not_executed_twice(
     v.drop_next("COMMAND_ACK", 1)  # the first ACK is lost on the way back
     i = gcs.mark()
     gcs.send(M.MAVLink_command_long_message(1, 1, ARM, 0, 1, 0, 0, 0, 0, 0, 0))
-    await until(lambda: v.armed)
+    await wait_for(lambda: v.armed, timeout_s=10, interval_s=0.02)
     await asyncio.sleep(0.2)
     assert not gcs.of("COMMAND_ACK", i)
     ack = await gcs.command_long(1, ARM, 1, confirmation=1)  # the ground station retries
@@ -92,7 +93,7 @@ async def test_corruption_yields_bad_crc_at_the_receiver() -> None:
         gcs = await MavClient.connect(fleet.endpoints[0])
         try:
             gcs.send(M.MAVLink_command_long_message(1, 1, M.MAV_CMD_SET_MESSAGE_INTERVAL, 0, 30, 20_000, 0, 0, 0, 0, 0))
-            await until(lambda: gcs.bad >= 20 and len(gcs.of("ATTITUDE")) >= 20, timeout_s=10)
+            await wait_for(lambda: gcs.bad >= 20 and len(gcs.of("ATTITUDE")) >= 20, timeout_s=10, interval_s=0.02)
             v = fleet.vehicles[0]
             assert v.link.frames_corrupted > 0
             # roughly the configured share of frames arrives damaged
@@ -107,7 +108,7 @@ async def test_loss_leaves_sequence_gaps() -> None:
         gcs = await MavClient.connect(fleet.endpoints[0])
         try:
             gcs.send(M.MAVLink_command_long_message(1, 1, M.MAV_CMD_SET_MESSAGE_INTERVAL, 0, 30, 20_000, 0, 0, 0, 0, 0))
-            await until(lambda: len(gcs.of("ATTITUDE")) >= 100, timeout_s=10)
+            await wait_for(lambda: len(gcs.of("ATTITUDE")) >= 100, timeout_s=10, interval_s=0.02)
             seqs = [m.get_seq() for m in gcs.messages]
             gaps = sum(1 for a, b in itertools.pairwise(seqs) if (b - a) % 256 != 1)
             assert gaps > 10
@@ -173,6 +174,6 @@ async def test_slow_reader_does_not_grow_memory_without_bound() -> None:
             for msg_id in (30, 33, 1, 24, 74, 147, 245, 2):
                 writer.write(M.MAVLink_command_long_message(1, 1, 511, 0, msg_id, 1000, 0, 0, 0, 0, 0).pack(mav))
             v = fleet.vehicles[0]
-            await until(lambda: v.link.frames_slow_client > 0, timeout_s=30)
+            await wait_for(lambda: v.link.frames_slow_client > 0, timeout_s=30, interval_s=0.02)
         finally:
             writer.close()

@@ -9,7 +9,8 @@ from pymavlink.dialects.v20 import ardupilotmega as M
 
 from sim import geo
 from sim.fleet import SimFleet
-from tests.sim.conftest import MavClient, airborne, ready, running, until
+from tests.support import wait_for
+from tests.support.sim import MavClient, airborne, ready, running
 
 ARM = M.MAV_CMD_COMPONENT_ARM_DISARM
 OK = M.MAV_RESULT_ACCEPTED
@@ -119,7 +120,7 @@ async def test_goto_flies_to_the_target(fleet: SimFleet, gcs: MavClient) -> None
     lat, lon = geo.offset(v.lat_deg, v.lon_deg, 60.0, -20.0)
     ack = await gcs.command_int(1, M.MAV_CMD_DO_REPOSITION, M.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT, -1, 0, 0, 0, round(lat * 1e7), round(lon * 1e7), 25.0)
     assert ack.result == OK
-    await until(lambda: geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) < 0.5 and abs(v.alt_m - 25.0) < 0.2, timeout_s=15)
+    await wait_for(lambda: geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) < 0.5 and abs(v.alt_m - 25.0) < 0.2, timeout_s=15, interval_s=0.02)
     assert v.mode == "GUIDED"
     # ~5 m/s: 63 m took at least 10 s of sim time
     assert 4.0 <= v.params["WPNAV_SPEED"] / 100 <= 6.0
@@ -136,7 +137,7 @@ async def test_reposition_outside_guided_needs_the_change_mode_flag(fleet: SimFl
     assert ack.result == M.MAV_RESULT_DENIED  # as ArduPilot: not in GUIDED and no CHANGE_MODE flag
     ack = await gcs.command_int(1, M.MAV_CMD_DO_REPOSITION, frame, -1, M.MAV_DO_REPOSITION_FLAGS_CHANGE_MODE, 0, 0, x, y, 10.0)
     assert ack.result == OK and v.mode == "GUIDED"
-    await until(lambda: geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) < 0.5, timeout_s=15)
+    await wait_for(lambda: geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) < 0.5, timeout_s=15, interval_s=0.02)
 
 
 async def test_land_descends_and_disarms(fleet: SimFleet, gcs: MavClient) -> None:
@@ -144,7 +145,7 @@ async def test_land_descends_and_disarms(fleet: SimFleet, gcs: MavClient) -> Non
     await airborne(fleet, gcs, alt_m=8.0)
     assert (await gcs.command_long(1, M.MAV_CMD_NAV_LAND)).result == OK
     assert v.mode == "LAND"
-    await until(lambda: not v.armed, timeout_s=20)
+    await wait_for(lambda: not v.armed, timeout_s=20, interval_s=0.02)
     assert v.alt_m == 0.0 and v.landed_state == M.MAV_LANDED_STATE_ON_GROUND
 
 
@@ -155,10 +156,10 @@ async def test_rtl_returns_home_and_lands(fleet: SimFleet, gcs: MavClient) -> No
     assert home is not None
     lat, lon = geo.offset(home[0], home[1], 40.0, 40.0)
     assert v.goto(lat, lon, 10.0) == OK
-    await until(lambda: geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) < 1.0, timeout_s=15)
+    await wait_for(lambda: geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) < 1.0, timeout_s=15, interval_s=0.02)
     assert (await gcs.command_long(1, M.MAV_CMD_NAV_RETURN_TO_LAUNCH)).result == OK
-    await until(lambda: v.alt_m > 14.0, timeout_s=10)  # climbs to RTL_ALT (15 m) first
-    await until(lambda: not v.armed, timeout_s=40)
+    await wait_for(lambda: v.alt_m > 14.0, timeout_s=10, interval_s=0.02)  # climbs to RTL_ALT (15 m) first
+    await wait_for(lambda: not v.armed, timeout_s=40, interval_s=0.02)
     assert geo.distance_m(v.lat_deg, v.lon_deg, home[0], home[1]) < 1.0
 
 
@@ -169,7 +170,7 @@ async def test_low_battery_failsafe_rtl_then_lands_and_disarms(fleet: SimFleet, 
     assert home is not None
     lat, lon = geo.offset(home[0], home[1], 30.0, 0.0)
     v.goto(lat, lon, 10.0)
-    await until(lambda: geo.distance_m(v.lat_deg, v.lon_deg, home[0], home[1]) > 10.0, timeout_s=10)
+    await wait_for(lambda: geo.distance_m(v.lat_deg, v.lon_deg, home[0], home[1]) > 10.0, timeout_s=10, interval_s=0.02)
     i = gcs.mark()
     v.set_battery_pct(20.0)
     text = await gcs.recv("STATUSTEXT", lambda m: m.text.startswith("Battery failsafe"), since=i)
@@ -177,7 +178,7 @@ async def test_low_battery_failsafe_rtl_then_lands_and_disarms(fleet: SimFleet, 
     hb = await gcs.recv("HEARTBEAT", lambda m: m.custom_mode == RTL, since=i)
     assert hb.system_status == M.MAV_STATE_CRITICAL
     assert v.mode_reason == "battery_failsafe"
-    await until(lambda: not v.armed, timeout_s=40)
+    await wait_for(lambda: not v.armed, timeout_s=40, interval_s=0.02)
     assert geo.distance_m(v.lat_deg, v.lon_deg, home[0], home[1]) < 1.0
     # still failsafe: arming is refused until the battery is replaced
     assert (await gcs.set_mode(1, GUIDED)).result == OK
@@ -207,5 +208,5 @@ async def test_forced_disarm_in_flight_falls(fleet: SimFleet, gcs: MavClient) ->
     v = fleet.vehicles[0]
     await airborne(fleet, gcs, alt_m=5.0)
     assert (await gcs.command_long(1, ARM, 0, 21196)).result == OK
-    await until(lambda: v.alt_m == 0.0, timeout_s=5)
+    await wait_for(lambda: v.alt_m == 0.0, timeout_s=5, interval_s=0.02)
     assert not v.armed

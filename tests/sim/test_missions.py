@@ -9,7 +9,8 @@ from pymavlink.dialects.v20 import ardupilotmega as M
 
 from sim import geo
 from sim.fleet import SimFleet
-from tests.sim.conftest import MavClient, ready, running, until
+from tests.support import wait_for
+from tests.support.sim import MavClient, ready, running
 
 OK = M.MAV_RESULT_ACCEPTED
 REL = M.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT
@@ -47,7 +48,7 @@ async def upload(gcs: MavClient, items: list[Any], mtype: int = 0) -> Any:
 
 
 async def _next_of(gcs: MavClient, types: tuple[str, ...], since: int) -> Any:
-    await until(lambda: any(m.get_type() in types for m in gcs.messages[since:]), timeout_s=10)
+    await wait_for(lambda: any(m.get_type() in types for m in gcs.messages[since:]), timeout_s=10, interval_s=0.02)
     return next(m for m in gcs.messages[since:] if m.get_type() in types)
 
 
@@ -117,12 +118,12 @@ async def test_auto_flies_the_mission_and_reports_reached_items(fleet: SimFleet,
     i = gcs.mark()
     assert (await gcs.command_long(1, M.MAV_CMD_MISSION_START)).result == OK
     assert v.mode == "AUTO"
-    await until(lambda: not v.armed, timeout_s=45)  # the mission ends with RTL and landing
+    await wait_for(lambda: not v.armed, timeout_s=45, interval_s=0.02)  # the mission ends with RTL and landing
     assert v.reached == [1, 2, 3, 4, 6]
     # The model disarms in the same step that sends the last MISSION_ITEM_REACHED,
     # so the frame may still be in flight to the GCS: wait for it, then compare.
     with contextlib.suppress(TimeoutError):
-        await until(lambda: len(gcs.of("MISSION_ITEM_REACHED", i)) >= len(v.reached), timeout_s=5)
+        await wait_for(lambda: len(gcs.of("MISSION_ITEM_REACHED", i)) >= len(v.reached), timeout_s=5, interval_s=0.02)
     reached = [m.seq for m in gcs.of("MISSION_ITEM_REACHED", i)]
     assert reached == [1, 2, 3, 4, 6]
     current = [m.seq for m in gcs.of("MISSION_CURRENT", i)]
@@ -162,19 +163,19 @@ async def test_fence_upload_and_polygon_breach_triggers_rtl() -> None:
             assert [key(m) for m in await download(gcs, 1)] == [key(m) for m in fence]
             gcs.send(M.MAVLink_param_set_message(1, 1, b"FENCE_ENABLE", 1, M.MAV_PARAM_TYPE_INT8))
             gcs.send(M.MAVLink_param_set_message(1, 1, b"FENCE_TYPE", 4, M.MAV_PARAM_TYPE_INT8))
-            await until(lambda: v.params["FENCE_TYPE"] == 4.0)
+            await wait_for(lambda: v.params["FENCE_TYPE"] == 4.0, timeout_s=10, interval_s=0.02)
             await gcs.set_mode(1, 4)
             await gcs.command_long(1, M.MAV_CMD_COMPONENT_ARM_DISARM, 1)
             await gcs.command_long(1, M.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 10)
-            await until(lambda: v.takeoff_alt_m is None and v.alt_m > 9.9, timeout_s=10)
+            await wait_for(lambda: v.takeoff_alt_m is None and v.alt_m > 9.9, timeout_s=10, interval_s=0.02)
             i = gcs.mark()
             lat, lon = geo.offset(v.lat_deg, v.lon_deg, 60, 0)
             v.goto(lat, lon, 10.0)
             status = await gcs.recv("FENCE_STATUS", lambda m: m.breach_status == 1, since=i, timeout_s=15)
             assert status.breach_type == M.FENCE_BREACH_BOUNDARY and status.breach_count == 1
-            await until(lambda: v.mode == "RTL", timeout_s=5)
+            await wait_for(lambda: v.mode == "RTL", timeout_s=5, interval_s=0.02)
             await gcs.recv("FENCE_STATUS", lambda m: m.breach_status == 0, since=i, timeout_s=15)  # back inside
-            await until(lambda: not v.armed, timeout_s=40)
+            await wait_for(lambda: not v.armed, timeout_s=40, interval_s=0.02)
         finally:
             await gcs.close()
 

@@ -9,7 +9,8 @@ from pymavlink.dialects.v20 import ardupilotmega as M
 
 from sim import params
 from sim.fleet import SimFleet
-from tests.sim.conftest import MavClient, ready, until
+from tests.support import wait_for
+from tests.support.sim import MavClient, ready
 
 
 def pname(m: object) -> str:
@@ -20,7 +21,7 @@ def pname(m: object) -> str:
 async def test_param_list_read_and_set(fleet: SimFleet, gcs: MavClient) -> None:
     i = gcs.mark()
     gcs.send(M.MAVLink_param_request_list_message(1, 1))
-    await until(lambda: len(gcs.of("PARAM_VALUE", i)) >= len(params.SPECS))
+    await wait_for(lambda: len(gcs.of("PARAM_VALUE", i)) >= len(params.SPECS), timeout_s=10, interval_s=0.02)
     values = gcs.of("PARAM_VALUE", i)
     assert {pname(m) for m in values} == {s.name for s in params.SPECS}
     assert {m.param_count for m in values} == {len(params.SPECS)}

@@ -14,7 +14,7 @@ from pymavlink.dialects.v20 import ardupilotmega as M
 from sim.fleet import SimFleet
 from sim.model import VehicleModel, VehicleOptions
 from sim.modes import ARDUPILOT
-from tests.sim.conftest import MavClient, ready
+from tests.support.sim import MavClient, ready
 
 SET_MODE = M.MAV_CMD_DO_SET_MODE
 ARM = M.MAV_CMD_COMPONENT_ARM_DISARM

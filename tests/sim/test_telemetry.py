@@ -9,7 +9,7 @@ import pytest
 from pymavlink.dialects.v20 import ardupilotmega as M
 
 from sim.fleet import SimFleet
-from tests.sim.conftest import MavClient, ready, running
+from tests.support.sim import MavClient, ready, running
 
 
 async def test_heartbeat_only_until_streams_requested(fleet: SimFleet, gcs: MavClient) -> None:

@@ -73,3 +73,75 @@ def test_shadow_section_is_validated() -> None:
     with pytest.raises(ConfigError) as ei:
         build_config({**base, "shadow": {"colour": 1}})
     assert "shadow" in ei.value.key
+
+
+def _write_config(tmp_path: Path) -> Path:
+    path = tmp_path / "gw.toml"
+    path.write_text('env = "file-env"\n[nats]\nservers = ["nats://file:4222"]\n'
+                    '[[vehicles]]\nvid = "VID-001"\nendpoint = "tcp:127.0.0.1:5760"\n')
+    return path
+
+
+@pytest.mark.parametrize("style", ["equals", "separate"])
+def test_nats_and_env_flags_beat_the_config_file(tmp_path: Path, style: str) -> None:
+    from gateway.daemon import build_parser, config_from_args
+
+    path = _write_config(tmp_path)
+    argv = (["--config", str(path), "--nats=nats://flag:4222", "--env=flag-env"] if style == "equals"
+            else ["--config", str(path), "--nats", "nats://flag:4222", "--env", "flag-env"])
+    cfg = config_from_args(build_parser().parse_args(argv), environ={"MAVJET_NATS": "nats://envvar:4222",
+                                                                     "MAVJET_ENV": "envvar-env"})
+    assert cfg.nats.servers == ("nats://flag:4222",) and cfg.env == "flag-env"
+
+
+def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
+    from gateway.daemon import build_parser, config_from_args
+
+    path = _write_config(tmp_path)
+    with_file = build_parser().parse_args(["--config", str(path)])
+    # environment > file
+    cfg = config_from_args(with_file, environ={"MAVJET_NATS": "nats://a:1,nats://b:2", "MAVJET_ENV": "envvar-env"})
+    assert cfg.nats.servers == ("nats://a:1", "nats://b:2") and cfg.env == "envvar-env"
+    # file > default
+    cfg = config_from_args(with_file, environ={})
+    assert cfg.nats.servers == ("nats://file:4222",) and cfg.env == "file-env"
+    # default when nothing says otherwise
+    bare = build_parser().parse_args(["--vehicle", "VID-001=tcp:127.0.0.1:5760"])
+    cfg = config_from_args(bare, environ={})
+    assert cfg.nats.servers == ("nats://127.0.0.1:4222",) and cfg.env == "prod"
+    cfg = config_from_args(build_parser().parse_args(["--vehicle", "VID-001=tcp:127.0.0.1:5760", "--env=x"]),
+                           environ={"MAVJET_ENV": "y"})
+    assert cfg.env == "x"
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ({"commands": {"ack_timeout_s": "soon"}}, "commands.ack_timeout_s"),
+        ({"commands": {"retries": 2.5}}, "commands.retries"),
+        ({"commands": {"backoff_s": ["x"]}}, "commands.backoff_s"),
+        ({"link": {"heartbeat_timeout_s": "x"}}, "link.heartbeat_timeout_s"),
+        ({"link": {"streams_hz": {"ATTITUDE": "fast"}}}, "link.streams_hz.ATTITUDE"),
+    ],
+)
+def test_wrong_types_name_their_own_key(section: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        build_config({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], **section})
+    assert ei.value.key == key
+
+
+def test_shadow_uses_commands_protocol_config(tmp_path: Path) -> None:
+    """Shadow-driven MAVLink commands honour `[commands]`: one protocol config for both services."""
+    from gateway.daemon import Gateway, with_services
+    from gateway.shadow.service import ShadowService
+
+    cfg = build_config({
+        "vehicles": [{"vid": "V", "endpoint": "tcp:127.0.0.1:1"}], "state_dir": str(tmp_path),
+        "commands": {"ack_timeout_s": 0.7, "retries": 5, "in_progress_timeout_s": 12},
+    })
+    assert cfg.protocols.command.ack_timeout_s == 0.7
+    assert cfg.protocols.command.max_attempts == 6
+    assert cfg.protocols.command.in_progress_timeout_s == 12.0
+    gw = with_services(Gateway(cfg), commands=False, shadow=True)
+    shadow = next(e for e in gw.services if isinstance(e, ShadowService))
+    assert shadow.protocols == cfg.protocols

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
+from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.modes import (
     Flavour,
     UnknownMode,
     VehicleClass,
-    is_autopilot_heartbeat,
     table_for,
 )
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from drivers.mavlink.codec import MavCodec
 from drivers.mavlink.dialect import mavlink2 as m
-from gateway.telemetry import VehicleModel
+from gateway.telemetry import TelemetryModel
 
 ARMED = m.MAV_MODE_FLAG_SAFETY_ARMED | m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
 DISARMED = m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
@@ -31,21 +31,21 @@ def ext(landed: int) -> Any:
     return framed(m.MAVLink_extended_sys_state_message(0, landed))
 
 
-def feed(model: VehicleModel, *msgs: Any, t0: int = 1_000_000_000) -> list[str]:
+def feed(model: TelemetryModel, *msgs: Any, t0: int = 1_000_000_000) -> list[str]:
     for i, msg in enumerate(msgs):
         model.update(msg, t0 + i)
     return [e.type for e in model.drain_events()]
 
 
 def test_first_heartbeat_sets_identity_without_events() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     assert feed(v, hb()) == []
     assert (v.flavour, v.vehicle_class, v.mode, v.armed) == ("ardupilot", "copter", "GUIDED", False)
     assert v.channels["status"]["mode"] == "GUIDED"
 
 
 def test_flight_lifecycle_events_in_order_with_stats() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb(), ext(m.MAV_LANDED_STATE_ON_GROUND), pos(0.0))
     seq = feed(
         v, hb(base=ARMED), ext(m.MAV_LANDED_STATE_TAKEOFF), pos(5.0), pos(12.0, lat=47.001),
@@ -56,7 +56,7 @@ def test_flight_lifecycle_events_in_order_with_stats() -> None:
 
 
 def test_landed_and_disarmed_carry_flight_summary() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb(), ext(m.MAV_LANDED_STATE_ON_GROUND), pos(0.0))
     v.update(hb(base=ARMED), 1)
     v.update(ext(m.MAV_LANDED_STATE_IN_AIR), 2)
@@ -72,7 +72,7 @@ def test_landed_and_disarmed_carry_flight_summary() -> None:
 
 
 def test_failsafe_from_statustext_then_critical_heartbeat_is_one_event() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb(base=ARMED))
     text = framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_CRITICAL, b"Battery failsafe"))
     types = feed(v, text, hb(mode=6, base=ARMED, status=m.MAV_STATE_CRITICAL))
@@ -82,7 +82,7 @@ def test_failsafe_from_statustext_then_critical_heartbeat_is_one_event() -> None
 
 
 def test_failsafe_type_and_action_from_heartbeat() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb(base=ARMED))
     v.update(framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_WARNING, b"GCS Failsafe")), 10)
     v.update(hb(mode=6, base=ARMED, status=m.MAV_STATE_CRITICAL), 11)
@@ -94,14 +94,14 @@ def test_failsafe_type_and_action_from_heartbeat() -> None:
 
 
 def test_statustext_below_warning_is_not_an_event() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb())
     assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_INFO, b"EKF3 IMU0 is using GPS"))) == []
     assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_ERROR, b"PreArm: Need 3D Fix"))) == ["statustext"]
 
 
 def test_gps_fix_home_and_geofence_events() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb())
     gps = [framed(m.MAVLink_gps_raw_int_message(0, fix, 0, 0, 0, 100, 100, 0, 0, sats)) for fix, sats in ((1, 4), (3, 10), (3, 11))]
     assert feed(v, *gps) == ["gps_fix_changed"]
@@ -112,33 +112,33 @@ def test_gps_fix_home_and_geofence_events() -> None:
 
 
 def test_sample_time_maps_boot_clock_to_utc() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     unix_us = 1_700_000_000_000_000
     v.update(framed(m.MAVLink_system_time_message(unix_us, 10_000)), 5)
     v.update(pos(1.0, boot_ms=12_000), 6)
     assert v.sample_ns["position"] == (unix_us * 1000) + 2_000 * 1_000_000
     # Without SYSTEM_TIME the receive time is used.
-    w = VehicleModel(vid="VID-002")
+    w = TelemetryModel(vid="VID-002")
     w.update(pos(1.0), 777)
     assert w.sample_ns["position"] == 777
 
 
 def test_duplicate_event_ids_get_a_discriminator() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     a = v.emit("statustext", 5, text="a")
     b = v.emit("statustext", 5, text="b")
     assert a.msg_id != b.msg_id
 
 
 def test_px4_modes_decoded() -> None:
-    v = VehicleModel(vid="VID-009")
+    v = TelemetryModel(vid="VID-009")
     px4 = framed(m.MAVLink_heartbeat_message(m.MAV_TYPE_QUADROTOR, m.MAV_AUTOPILOT_PX4, DISARMED, (4 << 24) | (4 << 16), 3, 3))
     v.update(px4, 1)
     assert v.flavour == "px4" and v.mode == "AUTO.MISSION"
 
 
 def test_disarm_at_touchdown_lands_first() -> None:
-    v = VehicleModel(vid="VID-001")
+    v = TelemetryModel(vid="VID-001")
     feed(v, hb(), ext(m.MAV_LANDED_STATE_ON_GROUND), pos(0.0))
     types = feed(v, hb(base=ARMED), ext(m.MAV_LANDED_STATE_IN_AIR), pos(10.0), pos(0.1), hb(base=DISARMED),
                  ext(m.MAV_LANDED_STATE_ON_GROUND))

@@ -1,10 +1,8 @@
-"""Helpers shared by the integration tests: bounded waits, a test gateway config, reading events."""
+"""An in-process gateway for integration tests: a test config, running it, reading its events back."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,30 +19,6 @@ from gateway.contract.natsconn import NatsOptions
 from gateway.daemon import Gateway
 
 ENV = "test"
-
-
-async def wait_for(pred: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05) -> Any:
-    """Poll `pred` until it returns something truthy; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(interval_s)
-
-
-async def wait_for_async(pred: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, interval_s: float = 0.1) -> Any:
-    """Like `wait_for` for a coroutine predicate; the failure shows its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        last = await pred()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s (last: {last!r})")
-        await asyncio.sleep(interval_s)
 
 
 def gateway_config(url: str, endpoints: list[str], state_dir: Path, **kw: Any) -> GatewayConfig:

@@ -1,9 +1,7 @@
-"""Real nats-server + real simulated vehicles over TCP + an in-process gateway running CommandService."""
+"""The command tests' rig: real nats-server + real simulated vehicles over TCP + an in-process gateway running CommandService."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +20,8 @@ from gateway.daemon import Gateway
 from gateway.ops.client import CommandClient, Result
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
-from tests.support import ENV, collect_events, gateway_config, running, wait_for
+from tests.support.gateway import ENV, collect_events, gateway_config, running
+from tests.support.wait import WaitTimeout, wait_for, wait_for_async
 
 # Fast but realistic: short ACK timeout, quick redelivery, no BackOff list unless a test wants one.
 TEST_COMMANDS = CommandConfig(
@@ -74,15 +73,14 @@ async def command_rig(
     vehicles: int = 1,
     commands: CommandConfig = TEST_COMMANDS,
     sim: SimConfig | None = None,
-    crash_after_ledger: str | None = None,
     configure: Callable[[Gateway], None] | None = None,
 ) -> AsyncIterator[Rig]:
     sim_cfg = sim or SimConfig(vehicles=vehicles, base_port=0, speedup=5.0)
     async with SimFleet(sim_cfg) as fleet:
         cfg = gateway_config(url, fleet.endpoints, state_dir, commands=commands)
-        service = CommandService(crash_after_ledger=crash_after_ledger or "")
+        service = CommandService()
         gw = Gateway(cfg)
-        gw.extensions.append(service)
+        gw.services.append(service)
         if configure is not None:
             configure(gw)
         async with running(gw), CommandClient(nc, ENV, issuer="pytest") as client:
@@ -110,13 +108,18 @@ async def published_results(nc: Client, vid: str = "*") -> AsyncIterator[list[di
 async def consumer_idle(nc: Client, vid: str, timeout_s: float = 15.0) -> ConsumerInfo:
     """Wait until the vehicle's consumer holds nothing: no message pending, none awaiting an ack."""
     js = nc.jetstream()
-    deadline = time.monotonic() + timeout_s
-    while True:
+    seen: list[ConsumerInfo] = []
+
+    async def idle() -> ConsumerInfo | None:
         info: ConsumerInfo = await js.consumer_info("TWIN_CMD", f"gw_{vid}")
-        if not info.num_pending and not info.num_ack_pending:
-            return info
-        assert time.monotonic() < deadline, f"consumer gw_{vid} still busy: {info}"
-        await asyncio.sleep(0.1)
+        seen.append(info)
+        return info if not info.num_pending and not info.num_ack_pending else None
+
+    try:
+        info: ConsumerInfo = await wait_for_async(idle, timeout_s, 0.1, what=f"consumer gw_{vid} idle")
+    except WaitTimeout:
+        raise WaitTimeout(f"consumer gw_{vid} still busy: {seen[-1] if seen else None}") from None
+    return info
 
 
 async def cmd_results(nc: Client, vid: str = "*") -> list[dict[str, Any]]:
@@ -127,5 +130,4 @@ async def cmd_results(nc: Client, vid: str = "*") -> list[dict[str, Any]]:
 
 __all__ = [
     "ENV", "TEST_COMMANDS", "Rig", "cmd_results", "command_rig", "consumer_idle", "published_results", "ready_to_fly",
-    "wait_for",
 ]

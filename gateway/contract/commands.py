@@ -1,30 +1,31 @@
-"""The command catalogue: names, parameters, body format, preconditions. Pure.
+"""The command wire format: names, parameters, the body codec, results. Pure.
 
-Everything an operator can get wrong is decided here, without I/O, so every
-rule is unit-tested with plain dicts and bytes and every rejection says what
-is wrong ("takeoff: alt_m 900 outside [1, 500] m"):
+What a publisher and the gateway must agree on, and nothing else, so that a
+client (`mavjet cmd`, a ground station) validates exactly as the gateway
+does without importing the daemon:
 
-- the body (DESIGN.md, Commands): msgpack `{"id", "issued": Timestamp,
-  "deadline": Timestamp | absent, "params": {...}, "issuer"}`;
-- each command's parameters (SI units, unit in the name), with ranges;
-- preconditions against the live vehicle model (takeoff needs armed and a
-  mode that accepts it, reboot needs disarmed, nothing that changes the
-  flight state while a failsafe is active except land, rtl and disarm);
-- the MAV_CMD a command becomes (`mav_action`).
+- the command names and their parameters (SI units, unit in the name), with
+  ranges, and every rejection says what is wrong ("takeoff: alt_m 900
+  outside [1, 500] m");
+- the body: msgpack `{"id", "issued": Timestamp, "deadline": Timestamp |
+  absent, "params": {...}, "issuer"}`;
+- the result kinds of a `cmd_result` event and its type-specific fields.
+
+What a command needs of the vehicle (preconditions) and how it is executed
+live in `gateway.commands.spec`, one entry per name listed here.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import Any
 
 import msgpack
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import ModeTable, UnknownMode
 from gateway.contract.errors import MavjetError
 
 MAX_ID_LEN = 128
@@ -32,7 +33,39 @@ MAX_ISSUER_LEN = 128
 PARAM_NAME = re.compile(r"^[A-Z0-9_]{1,16}$")
 OBJECT_NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_\-./]{0,254}$")
 ALT_RANGE_M = (1.0, 500.0)
-FORCE_DISARM_MAGIC = 21196.0  # MAV_CMD_COMPONENT_ARM_DISARM param2: disarm even in flight
+BODY_KEYS = frozenset({"id", "issued", "deadline", "params", "issuer"})
+
+
+class CommandName(StrEnum):
+    """Every command a gateway executes (the last token of `...cmd.<name>`)."""
+
+    ARM = "arm"
+    DISARM = "disarm"
+    TAKEOFF = "takeoff"
+    LAND = "land"
+    RTL = "rtl"
+    SET_MODE = "set_mode"
+    GOTO = "goto"
+    PARAM_SET = "param_set"
+    PARAM_GET = "param_get"
+    MISSION_UPLOAD = "mission_upload"
+    MISSION_CLEAR = "mission_clear"
+    MISSION_START = "mission_start"
+    REBOOT = "reboot"
+
+
+class CmdResult(StrEnum):
+    """The `result` field of a `cmd_result` event (docs/events.md). Exactly one per command."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    INVALID = "invalid"
+    TIMEOUT = "timeout"
+
+
+RESULTS = tuple(r.value for r in CmdResult)
 
 
 class CommandInvalid(MavjetError):
@@ -131,17 +164,16 @@ OBJECT = ParamSpec(
 
 
 # ---------------------------------------------------------------------------
-# the catalogue
+# the catalogue (wire side)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommandSpec:
-    name: str
+    """A command as a publisher sees it: its name, what it does, its parameters."""
+
+    name: CommandName
     summary: str
     params: tuple[ParamSpec, ...] = ()
-    # Changes what the vehicle does in the air: refused while a failsafe is active.
-    flight_state: bool = False
-    allowed_in_failsafe: bool = False
 
     def param(self, key: str) -> ParamSpec:
         for p in self.params:
@@ -155,31 +187,25 @@ class CommandSpec:
         return "allowed: " + ", ".join(p.name + ("" if p.required else "?") for p in self.params)
 
 
+_N = CommandName
 CATALOGUE: dict[str, CommandSpec] = {
-    s.name: s
+    s.name.value: s
     for s in (
-        CommandSpec(name="arm", summary="arm the motors", flight_state=True),
-        CommandSpec(
-            name="disarm",
-            summary="disarm (force=true disarms even in flight)",
-            params=(ParamSpec(name="force", kind=bool, required=False, default=False),),
-            allowed_in_failsafe=True,
-        ),
-        CommandSpec(name="takeoff", summary="take off to alt_m above home", params=(_alt(),), flight_state=True),
-        CommandSpec(name="land", summary="land where the vehicle is", allowed_in_failsafe=True),
-        CommandSpec(name="rtl", summary="return to launch", allowed_in_failsafe=True),
-        CommandSpec(name="set_mode", summary="switch flight mode (names from the flavour's table)",
-                    params=(MODE,), flight_state=True),
-        CommandSpec(name="goto", summary="fly to lat_deg/lon_deg at alt_m above home",
-                    params=(LAT, LON, _alt()), flight_state=True),
-        CommandSpec(name="param_set", summary="set a parameter and confirm the value",
+        CommandSpec(name=_N.ARM, summary="arm the motors"),
+        CommandSpec(name=_N.DISARM, summary="disarm (force=true disarms even in flight)",
+                    params=(ParamSpec(name="force", kind=bool, required=False, default=False),)),
+        CommandSpec(name=_N.TAKEOFF, summary="take off to alt_m above home", params=(_alt(),)),
+        CommandSpec(name=_N.LAND, summary="land where the vehicle is"),
+        CommandSpec(name=_N.RTL, summary="return to launch"),
+        CommandSpec(name=_N.SET_MODE, summary="switch flight mode (names from the flavour's table)", params=(MODE,)),
+        CommandSpec(name=_N.GOTO, summary="fly to lat_deg/lon_deg at alt_m above home", params=(LAT, LON, _alt())),
+        CommandSpec(name=_N.PARAM_SET, summary="set a parameter and confirm the value",
                     params=(PARAM_ID, ParamSpec(name="value", kind=float))),
-        CommandSpec(name="param_get", summary="read a parameter", params=(PARAM_ID,)),
-        CommandSpec(name="mission_upload", summary="upload a .plan from TWIN_BLOBS and verify it",
-                    params=(OBJECT,)),
-        CommandSpec(name="mission_clear", summary="clear the vehicle's mission"),
-        CommandSpec(name="mission_start", summary="start the uploaded mission (AUTO)", flight_state=True),
-        CommandSpec(name="reboot", summary="reboot the autopilot (only when disarmed)", flight_state=True),
+        CommandSpec(name=_N.PARAM_GET, summary="read a parameter", params=(PARAM_ID,)),
+        CommandSpec(name=_N.MISSION_UPLOAD, summary="upload a .plan from TWIN_BLOBS and verify it", params=(OBJECT,)),
+        CommandSpec(name=_N.MISSION_CLEAR, summary="clear the vehicle's mission"),
+        CommandSpec(name=_N.MISSION_START, summary="start the uploaded mission (AUTO)"),
+        CommandSpec(name=_N.REBOOT, summary="reboot the autopilot (only when disarmed)"),
     )
 }
 
@@ -258,7 +284,8 @@ def encode_command(
     }
     if deadline_ns is not None:
         body["deadline"] = msgpack.Timestamp.from_unix_nano(deadline_ns)
-    return msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return packed
 
 
 def _timestamp_ns(value: Any, key: str, cmd_id: str, name: str) -> int:
@@ -296,7 +323,7 @@ def decode_command(name: str, payload: bytes, *, max_payload_bytes: int, fallbac
     if not isinstance(issuer, str) or len(issuer) > MAX_ISSUER_LEN:
         raise CommandInvalid(f"{name}: 'issuer' must be a string of at most {MAX_ISSUER_LEN} characters",
                              cmd_id=cmd_id, name=name)
-    unknown = set(body) - {"id", "issued", "deadline", "params", "issuer"}
+    unknown = set(body) - BODY_KEYS
     if unknown:
         raise CommandInvalid(f"{name}: unknown body keys {sorted(map(str, unknown))}", cmd_id=cmd_id, name=name)
     try:
@@ -307,145 +334,14 @@ def decode_command(name: str, payload: bytes, *, max_payload_bytes: int, fallbac
 
 
 # ---------------------------------------------------------------------------
-# preconditions against the live model
-
-
-class LiveState(Protocol):
-    """What preconditions read from `gateway.telemetry.VehicleModel`."""
-
-    armed: bool | None
-    mode: str | None
-    failsafe_active: bool
-    landed_state: int | None
-    flavour: str
-    vehicle_class: str
-    modes: ModeTable | None
-
-
-_AIRBORNE = (mavlink2.MAV_LANDED_STATE_IN_AIR, mavlink2.MAV_LANDED_STATE_TAKEOFF)
-# Modes in which an ArduPilot vehicle accepts MAV_CMD_NAV_TAKEOFF.
-ARDUPILOT_TAKEOFF_MODES: dict[str, frozenset[str]] = {
-    "copter": frozenset({"GUIDED"}),
-    "plane": frozenset({"GUIDED", "TAKEOFF", "AUTO"}),
-}
-
-
-def check_mode(mode: str, modes: ModeTable | None) -> str:
-    """The canonical mode name, or CommandInvalid listing the vehicle's modes."""
-    if modes is None or not modes.names():
-        return mode.strip().upper()
-    try:
-        modes.custom_mode(mode)
-    except UnknownMode as exc:
-        raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
-    return mode.strip().upper()
-
-
-def precondition_failure(cmd: Command, state: LiveState) -> str | None:
-    """Why `cmd` must not be sent now (→ cmd_result `rejected`), or None when it may be."""
-    name = cmd.name
-    spec = spec_for(name)
-    if state.failsafe_active and spec.flight_state:
-        is_recovery_mode = (
-            name == "set_mode" and state.modes is not None and state.modes.is_recovery(str(cmd.params["mode"]).upper())
-        )
-        if not is_recovery_mode:
-            return f"{name} refused: a failsafe is active (only land, rtl and disarm are accepted)"
-    if name == "takeoff":
-        if not state.armed:
-            return "takeoff needs the vehicle armed"
-        if state.landed_state in _AIRBORNE:
-            return "takeoff refused: the vehicle is already in the air"
-        if state.flavour == "ardupilot":
-            accepted = ARDUPILOT_TAKEOFF_MODES.get(state.vehicle_class)
-            if accepted is None:
-                return f"takeoff is not possible for a {state.vehicle_class}"
-            if state.mode not in accepted:
-                return f"takeoff needs mode {' or '.join(sorted(accepted))}, the vehicle is in {state.mode}"
-        elif state.flavour == "px4" and state.modes is not None and state.mode and state.modes.is_recovery(state.mode):
-            return f"takeoff refused in recovery mode {state.mode}"
-    if name == "goto" and not state.armed:
-        return "goto needs the vehicle armed (and flying)"
-    if name == "reboot" and state.armed is not False:
-        return "reboot needs the vehicle disarmed" if state.armed else "reboot needs a known disarmed state"
-    return None
-
-
-# ---------------------------------------------------------------------------
-# MAVLink mapping
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MavAction:
-    """A MAV_CMD with its params (param1..param7), sent as COMMAND_LONG or COMMAND_INT."""
-
-    command: int
-    params: tuple[float, ...] = ()
-    use_int: bool = False
-    frame: int | None = None
-
-
-def _set_mode_params(mode: str, modes: ModeTable | None) -> tuple[float, ...]:
-    if modes is None:
-        raise CommandInvalid("set_mode: the vehicle's mode table is not known yet (no HEARTBEAT)", name="set_mode")
-    try:
-        custom = modes.custom_mode(mode)
-    except UnknownMode as exc:
-        raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
-    base = float(mavlink2.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED)
-    if modes.flavour.value == "px4":
-        return (base, float((custom >> 16) & 0xFF), float((custom >> 24) & 0xFF))
-    return (base, float(custom))
-
-
-_SIMPLE: dict[str, Callable[[Command], MavAction]] = {
-    "arm": lambda c: MavAction(command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, params=(1.0,)),
-    "disarm": lambda c: MavAction(
-        command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM,
-        params=(0.0, FORCE_DISARM_MAGIC if c.params.get("force") else 0.0),
-    ),
-    "takeoff": lambda c: MavAction(
-        command=mavlink2.MAV_CMD_NAV_TAKEOFF, params=(0.0, 0.0, 0.0, math.nan, math.nan, math.nan, c.params["alt_m"])
-    ),
-    "land": lambda c: MavAction(command=mavlink2.MAV_CMD_NAV_LAND, params=(0.0, 0.0, 0.0, math.nan, 0.0, 0.0, 0.0)),
-    "rtl": lambda c: MavAction(command=mavlink2.MAV_CMD_NAV_RETURN_TO_LAUNCH),
-    "goto": lambda c: MavAction(
-        command=mavlink2.MAV_CMD_DO_REPOSITION,
-        # speed default, change to GUIDED, no radius, keep yaw; x/y/z: the target
-        params=(-1.0, float(mavlink2.MAV_DO_REPOSITION_FLAGS_CHANGE_MODE), 0.0, math.nan,
-                c.params["lat_deg"], c.params["lon_deg"], c.params["alt_m"]),
-        use_int=True,
-        frame=mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT,
-    ),
-    "mission_start": lambda c: MavAction(command=mavlink2.MAV_CMD_MISSION_START, params=(0.0, 0.0)),
-    "reboot": lambda c: MavAction(command=mavlink2.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN, params=(1.0,)),
-}
-
-#: Commands the executor runs with another protocol than COMMAND_LONG/INT.
-SPECIAL = frozenset({"param_set", "param_get", "mission_upload", "mission_clear"})
-
-
-def mav_action(cmd: Command, modes: ModeTable | None) -> MavAction:
-    """The MAV_CMD for `cmd` (not for the SPECIAL commands)."""
-    if cmd.name == "set_mode":
-        return MavAction(command=mavlink2.MAV_CMD_DO_SET_MODE, params=_set_mode_params(str(cmd.params["mode"]), modes))
-    builder = _SIMPLE.get(cmd.name)
-    if builder is None:
-        raise CommandInvalid(f"{cmd.name} is not a MAV_CMD command", cmd_id=cmd.cmd_id, name=cmd.name)
-    return builder(cmd)
-
-
-# ---------------------------------------------------------------------------
 # results
-
-RESULTS = ("accepted", "rejected", "failed", "expired", "invalid", "timeout")
 
 
 def result_data(
     *,
     cmd_id: str,
     name: str,
-    result: str,
+    result: CmdResult | str,
     mav_result: int | None = None,
     detail: str = "",
     attempts: int = 0,
@@ -458,7 +354,7 @@ def result_data(
     data: dict[str, Any] = {
         "cmd_id": cmd_id,
         "name": name,
-        "result": result,
+        "result": CmdResult(result).value,  # a plain str on the wire
         "mav_result": mav_result,
         "detail": detail,
         "attempts": attempts,

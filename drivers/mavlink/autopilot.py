@@ -1,0 +1,106 @@
+"""Autopilot rules, each defined once. Pure functions over MAVLink values.
+
+Every part of the gateway that asks "is the vehicle in the air?", "which
+HEARTBEAT is the autopilot's?", "how do I ask this autopilot for mode X?" or
+"what firmware is this?" asks here, so telemetry, commands and the shadow
+cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drivers.mavlink.dialect import MavMessage, mavlink2
+from drivers.mavlink.modes import Flavour, ModeTable
+
+__all__ = [
+    "AIRBORNE_LANDED_STATES",
+    "FORCE_DISARM_MAGIC",
+    "arm_params",
+    "autopilot_version_fields",
+    "is_airborne",
+    "is_autopilot_heartbeat",
+    "is_vehicle_heartbeat",
+    "set_mode_params",
+]
+
+#: MAV_LANDED_STATE values in which the vehicle is off the ground.
+#: LANDING belongs here: a vehicle that is descending to land is still flying
+#: (it can be told to go around, a takeoff would be nonsense, and a disarm
+#: would drop it). Only ON_GROUND (and UNDEFINED: not known) are not airborne.
+AIRBORNE_LANDED_STATES: frozenset[int] = frozenset(
+    {mavlink2.MAV_LANDED_STATE_IN_AIR, mavlink2.MAV_LANDED_STATE_TAKEOFF, mavlink2.MAV_LANDED_STATE_LANDING}
+)
+
+#: MAV_CMD_COMPONENT_ARM_DISARM param2 that disarms even in flight (both ArduPilot and PX4).
+FORCE_DISARM_MAGIC = 21196.0
+
+# HEARTBEATs of these types come from a ground station or a peripheral, never a flight controller.
+_NOT_AUTOPILOT_TYPES = frozenset({
+    mavlink2.MAV_TYPE_GCS, mavlink2.MAV_TYPE_ONBOARD_CONTROLLER, mavlink2.MAV_TYPE_GIMBAL,
+    mavlink2.MAV_TYPE_CAMERA, mavlink2.MAV_TYPE_ADSB, mavlink2.MAV_TYPE_ANTENNA_TRACKER,
+})
+_INVALID = mavlink2.MAV_AUTOPILOT_INVALID
+_CUSTOM_MODE_ENABLED = float(mavlink2.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED)
+
+
+def is_airborne(landed_state: int | None) -> bool:
+    """True while the vehicle is off the ground (IN_AIR, TAKEOFF or LANDING); False when unknown."""
+    return landed_state in AIRBORNE_LANDED_STATES
+
+
+def is_autopilot_heartbeat(mav_type: int, autopilot: int) -> bool:
+    """True for a vehicle's flight controller, false for GCSs, gimbals, cameras..."""
+    return autopilot != _INVALID and mav_type not in _NOT_AUTOPILOT_TYPES
+
+
+def is_vehicle_heartbeat(msg: MavMessage, target_system: int, target_component: int) -> bool:
+    """True for a HEARTBEAT sent by the flight controller at (target_system, target_component)."""
+    return bool(
+        msg.get_type() == "HEARTBEAT"
+        and msg.get_srcSystem() == target_system
+        and msg.get_srcComponent() == target_component
+        and is_autopilot_heartbeat(msg.type, msg.autopilot)
+    )
+
+
+def set_mode_params(modes: ModeTable, name: str) -> tuple[float, ...]:
+    """MAV_CMD_DO_SET_MODE params for mode `name`; raises modes.UnknownMode.
+
+    param1 is always MAV_MODE_FLAG_CUSTOM_MODE_ENABLED. ArduPilot takes its
+    mode number as param2. PX4 packs main mode (bits 16-23) and sub mode
+    (bits 24-31) into custom_mode, but DO_SET_MODE wants them unpacked: main
+    mode as param2, sub mode as param3.
+    """
+    custom = modes.custom_mode(name)
+    if modes.flavour is Flavour.PX4:
+        return (_CUSTOM_MODE_ENABLED, float((custom >> 16) & 0xFF), float((custom >> 24) & 0xFF))
+    return (_CUSTOM_MODE_ENABLED, float(custom))
+
+
+def arm_params(armed: bool, *, force: bool = False) -> tuple[float, float]:
+    """MAV_CMD_COMPONENT_ARM_DISARM params. `force` only for a disarm (it would bypass pre-arm checks on arm)."""
+    if armed:
+        return (1.0, 0.0)
+    return (0.0, FORCE_DISARM_MAGIC if force else 0.0)
+
+
+_FIRMWARE_TYPES = {0: "dev", 64: "alpha", 128: "beta", 192: "rc", 255: "official"}
+
+
+def autopilot_version_fields(msg: MavMessage) -> dict[str, Any]:
+    """Identity from AUTOPILOT_VERSION: firmware version, serial (uid/uid2), board ids."""
+    sw = int(msg.flight_sw_version)
+    uid2 = bytes(int(b) & 0xFF for b in getattr(msg, "uid2", []) or [])
+    uid2_text = uid2.rstrip(b"\0").decode("ascii", "replace") if any(uid2) else ""
+    out: dict[str, Any] = {
+        "firmware": f"{(sw >> 24) & 0xFF}.{(sw >> 16) & 0xFF}.{(sw >> 8) & 0xFF}",
+        "firmware_type": _FIRMWARE_TYPES.get(sw & 0xFF, str(sw & 0xFF)),
+        "uid": f"{int(msg.uid):016x}",
+        "serial": uid2_text if uid2_text.isprintable() and uid2_text else f"{int(msg.uid):016x}",
+        "board_version": int(msg.board_version),
+        "vendor_id": int(msg.vendor_id),
+        "product_id": int(msg.product_id),
+        "capabilities": int(msg.capabilities),
+    }
+    return out

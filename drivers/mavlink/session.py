@@ -1,0 +1,453 @@
+"""One vehicle's MAVLink session, shaped like MAVSDK's `System`.
+
+`VehicleSession` owns what is per vehicle: the link (`MavlinkLink`), the
+mission-transfer lock (an autopilot serves one transfer at a time) and the
+protocol timeouts. It offers the vehicle's operations by name (command,
+mission, parameters, stream rates, identity, `set_mode`, arm/disarm,
+`is_airborne`) and the link's health as a public snapshot.
+
+The gateway depends on the `Session` Protocol only, never on the link, so a
+fake session fits the services in tests and nothing reaches into the link's
+counters. Every operation is a thin call into the runners (`runner.py`), which
+drive the sans-IO protocol machines; no protocol decision is made here.
+`config=` on an operation overrides the session's timeouts for that call.
+
+The module is a little over 400 lines because the Protocol repeats every
+signature of the implementation; keeping both side by side keeps a method
+next to its contract.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from drivers.mavlink import runner
+from drivers.mavlink.autopilot import (
+    arm_params,
+    autopilot_version_fields,
+    is_airborne,
+    is_vehicle_heartbeat,
+    set_mode_params,
+)
+from drivers.mavlink.command import CommandOutcome, CommandResult
+from drivers.mavlink.dialect import MavMessage, mavlink2
+from drivers.mavlink.fence import Geofence
+from drivers.mavlink.link import LinkState, MavlinkLink
+from drivers.mavlink.mission import MISSION, MissionItem
+from drivers.mavlink.modes import ModeTable, UnknownMode
+from drivers.mavlink.params import ParamValue
+from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig, TransferReport
+
+__all__ = ["FlightState", "LinkHealth", "Session", "VehicleSession"]
+
+# A request/reply keeps a listener open for the reply; replies are rare, the buffer only has to ride out a burst.
+_REPLY_BUFFER = 512
+
+
+class FlightState(Protocol):
+    """What the session reads of the vehicle's live state (the gateway's telemetry model)."""
+
+    @property
+    def landed_state(self) -> int | None: ...
+
+    @property
+    def modes(self) -> ModeTable | None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkHealth:
+    """The link's counters at one moment (for the link channel and metrics)."""
+
+    state: LinkState
+    endpoint: str
+    messages_in: int
+    crc_errors: int
+    bad_data: int  # bytes skipped as garbage plus frames of unknown message ids
+    seq_gaps: int
+    connects: int
+    heartbeat_age_s: float | None  # None: no autopilot HEARTBEAT heard yet
+    by_type: Mapping[str, int]  # messages by type: a live view, read it now or copy it
+
+
+class Session(Protocol):
+    """Everything the gateway may do with one vehicle over MAVLink."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def state(self) -> LinkState: ...
+
+    @property
+    def is_up(self) -> bool: ...
+
+    @property
+    def target_system(self) -> int: ...
+
+    @property
+    def target_component(self) -> int: ...
+
+    @property
+    def connects(self) -> int:
+        """How many times the transport (re)connected; a change means: re-read what you cached."""
+
+    @property
+    def last_heartbeat_mono(self) -> float:
+        """time.monotonic() of the newest autopilot HEARTBEAT; 0.0 before the first."""
+
+    @property
+    def protocols(self) -> ProtocolConfig: ...
+
+    @property
+    def modes(self) -> ModeTable | None: ...
+
+    def is_airborne(self) -> bool: ...
+
+    def health(self) -> LinkHealth: ...
+
+    # -- raw access -------------------------------------------------------
+    async def send(self, msg: MavMessage) -> None: ...
+
+    def listen(self, max_buffer: int = 0) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[MavMessage]]: ...
+
+    async def wait_ready(self) -> None: ...
+
+    async def wait_heartbeat(self, timeout_s: float | None = None) -> bool: ...
+
+    # -- commands ---------------------------------------------------------
+    async def command(
+        self,
+        command: int,
+        params: Sequence[float] = (),
+        *,
+        use_int: bool = False,
+        frame: int | None = None,
+        on_progress: OnProgress | None = None,
+        config: ProtocolConfig | None = None,
+    ) -> CommandOutcome: ...
+
+    async def command_ok(
+        self, command: int, params: Sequence[float] = (), *, config: ProtocolConfig | None = None
+    ) -> CommandOutcome: ...
+
+    async def request_reply(
+        self,
+        command: int,
+        params: Sequence[float],
+        reply: str,
+        match: Callable[[MavMessage], bool] | None = None,
+        *,
+        wait_s: float,
+        config: ProtocolConfig | None = None,
+    ) -> MavMessage | None: ...
+
+    async def set_mode(self, name: str, *, config: ProtocolConfig | None = None) -> CommandOutcome: ...
+
+    async def arm(self, *, config: ProtocolConfig | None = None) -> CommandOutcome: ...
+
+    async def disarm(self, *, force: bool = False, config: ProtocolConfig | None = None) -> CommandOutcome: ...
+
+    # -- parameters -------------------------------------------------------
+    async def read_param(self, name: str, *, config: ProtocolConfig | None = None) -> ParamValue: ...
+
+    async def set_param(
+        self, name: str, value: float, *, param_type: int | None = None, config: ProtocolConfig | None = None
+    ) -> ParamValue: ...
+
+    # -- missions ---------------------------------------------------------
+    async def upload_mission(
+        self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
+    ) -> TransferReport: ...
+
+    async def upload_and_verify(
+        self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
+    ) -> str: ...
+
+    async def download_mission(
+        self, mission_type: int = MISSION, *, config: ProtocolConfig | None = None
+    ) -> list[MissionItem]: ...
+
+    async def clear_mission(self, mission_type: int = MISSION, *, config: ProtocolConfig | None = None) -> None: ...
+
+    async def apply_geofence(self, fence: Geofence, *, config: ProtocolConfig | None = None) -> str: ...
+
+    # -- stream rates and identity ------------------------------------------
+    async def set_message_rate(
+        self, msg_id: int, hz: float, *, config: ProtocolConfig | None = None
+    ) -> CommandOutcome: ...
+
+    async def read_message_rate(
+        self, msg_id: int, *, wait_s: float, config: ProtocolConfig | None = None
+    ) -> float | None: ...
+
+    async def autopilot_version(
+        self, *, wait_s: float, config: ProtocolConfig | None = None
+    ) -> dict[str, Any] | None: ...
+
+
+class VehicleSession:
+    """The `Session` of one vehicle over a live `MavlinkLink` (see the module docstring)."""
+
+    def __init__(
+        self,
+        link: MavlinkLink,
+        *,
+        protocols: ProtocolConfig = DEFAULT_CONFIG,
+        flight_state: FlightState | None = None,
+    ) -> None:
+        self.link = link
+        self._protocols = protocols
+        self._flight_state = flight_state
+        self._transfer_lock = anyio.Lock()
+
+    # -- state ------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.link.name
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.link.endpoint)
+
+    @property
+    def state(self) -> LinkState:
+        return self.link.state
+
+    @property
+    def is_up(self) -> bool:
+        return self.link.is_up
+
+    @property
+    def target_system(self) -> int:
+        return self.link.target_system
+
+    @property
+    def target_component(self) -> int:
+        return self.link.target_component
+
+    @property
+    def source_system(self) -> int:
+        return self.link.source_system
+
+    @property
+    def source_component(self) -> int:
+        return self.link.source_component
+
+    @property
+    def connects(self) -> int:
+        return self.link.stats.connects
+
+    @property
+    def last_heartbeat_mono(self) -> float:
+        return self.link.last_heartbeat_mono
+
+    @property
+    def protocols(self) -> ProtocolConfig:
+        return self._protocols
+
+    @property
+    def modes(self) -> ModeTable | None:
+        return None if self._flight_state is None else self._flight_state.modes
+
+    def is_airborne(self) -> bool:
+        return self._flight_state is not None and is_airborne(self._flight_state.landed_state)
+
+    def health(self) -> LinkHealth:
+        link = self.link
+        st = link.codec.stats
+        hb = link.last_heartbeat_mono
+        return LinkHealth(
+            state=link.state,
+            endpoint=str(link.endpoint),
+            messages_in=st.messages_in,
+            crc_errors=st.crc_errors,
+            bad_data=st.bad_data + st.unknown,
+            seq_gaps=st.seq_gaps,
+            connects=link.stats.connects,
+            heartbeat_age_s=time.monotonic() - hb if hb else None,
+            by_type=st.by_type,  # live counts, not copied (read at scrape time)
+        )
+
+    # -- raw access -------------------------------------------------------
+    async def send(self, msg: MavMessage) -> None:
+        await self.link.send(msg)
+
+    def listen(self, max_buffer: int = 0) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[MavMessage]]:
+        return self.link.listen(max_buffer)
+
+    async def wait_ready(self) -> None:
+        await self.link.wait_ready()
+
+    async def wait_heartbeat(self, timeout_s: float | None = None) -> bool:
+        """Wait (bounded: `timeout_s`, else `protocols.heartbeat_wait_s`) for the next autopilot HEARTBEAT.
+
+        The link hands a batch to the telemetry model before any listener, so
+        when this returns True the model has applied that HEARTBEAT.
+        """
+        link = self.link
+        with anyio.move_on_after(self._protocols.heartbeat_wait_s if timeout_s is None else timeout_s):
+            async with link.listen(64) as rx:
+                async for msg in rx:
+                    if is_vehicle_heartbeat(msg, link.target_system, link.target_component):
+                        return True
+        return False
+
+    # -- commands ---------------------------------------------------------
+    def _cfg(self, config: ProtocolConfig | None) -> ProtocolConfig:
+        return self._protocols if config is None else config
+
+    async def command(
+        self,
+        command: int,
+        params: Sequence[float] = (),
+        *,
+        use_int: bool = False,
+        frame: int | None = None,
+        on_progress: OnProgress | None = None,
+        config: ProtocolConfig | None = None,
+    ) -> CommandOutcome:
+        """Run one command to its end and return the outcome, whatever the MAV_RESULT (raises only LinkError)."""
+        return await runner.execute_command(
+            self.link, command, params, use_int=use_int, frame=frame, config=self._cfg(config), on_progress=on_progress
+        )
+
+    async def command_ok(
+        self, command: int, params: Sequence[float] = (), *, config: ProtocolConfig | None = None
+    ) -> CommandOutcome:
+        """Run one command; raise CommandRejected / CommandTimeout unless ACCEPTED."""
+        return await runner.run_command(self.link, command, params, config=self._cfg(config))
+
+    async def request_reply(
+        self,
+        command: int,
+        params: Sequence[float],
+        reply: str,
+        match: Callable[[MavMessage], bool] | None = None,
+        *,
+        wait_s: float,
+        config: ProtocolConfig | None = None,
+    ) -> MavMessage | None:
+        """Send a command and return the first `reply` message accepted by `match`.
+
+        None when the command is not accepted or no reply came within `wait_s`
+        of the acceptance. The listener opens before the command is sent, so a
+        reply that overtakes the COMMAND_ACK is not missed.
+        """
+        cfg = self._cfg(config)
+        found: MavMessage | None = None
+        with anyio.move_on_after(wait_s + cfg.command.ack_timeout_s * 3):
+            async with self.link.listen(_REPLY_BUFFER) as rx, anyio.create_task_group() as tg:
+
+                async def wait_reply() -> None:
+                    nonlocal found
+                    async for msg in rx:
+                        if msg.get_type() == reply and (match is None or match(msg)):
+                            found = msg
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(wait_reply)
+                outcome = await runner.execute_command(self.link, command, params, config=cfg)
+                if outcome.result is not CommandResult.ACCEPTED:
+                    tg.cancel_scope.cancel()
+                    return None
+                await anyio.sleep(wait_s)
+                tg.cancel_scope.cancel()
+        return found
+
+    async def set_mode(self, name: str, *, config: ProtocolConfig | None = None) -> CommandOutcome:
+        """DO_SET_MODE by mode name; raises UnknownMode, CommandRejected, CommandTimeout."""
+        modes = self.modes
+        if modes is None:
+            raise UnknownMode(name, [])
+        return await self.command_ok(mavlink2.MAV_CMD_DO_SET_MODE, set_mode_params(modes, name), config=config)
+
+    async def arm(self, *, config: ProtocolConfig | None = None) -> CommandOutcome:
+        """Arm, never forced: a refusal by the pre-arm checks is the answer, not an obstacle."""
+        return await self.command_ok(mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, arm_params(True), config=config)
+
+    async def disarm(self, *, force: bool = False, config: ProtocolConfig | None = None) -> CommandOutcome:
+        return await self.command_ok(
+            mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, arm_params(False, force=force), config=config
+        )
+
+    # -- parameters -------------------------------------------------------
+    async def read_param(self, name: str, *, config: ProtocolConfig | None = None) -> ParamValue:
+        return await runner.read_param(self.link, name, config=self._cfg(config))
+
+    async def set_param(
+        self, name: str, value: float, *, param_type: int | None = None, config: ProtocolConfig | None = None
+    ) -> ParamValue:
+        return await runner.set_param(self.link, name, value, param_type=param_type, config=self._cfg(config))
+
+    # -- missions (one transfer at a time: the session's lock) ----------------
+    async def upload_mission(
+        self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
+    ) -> TransferReport:
+        return await runner.upload_mission(
+            self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock
+        )
+
+    async def upload_and_verify(
+        self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
+    ) -> str:
+        return await runner.upload_and_verify(
+            self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock
+        )
+
+    async def download_mission(
+        self, mission_type: int = MISSION, *, config: ProtocolConfig | None = None
+    ) -> list[MissionItem]:
+        return await runner.download_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
+
+    async def clear_mission(self, mission_type: int = MISSION, *, config: ProtocolConfig | None = None) -> None:
+        await runner.clear_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
+
+    async def apply_geofence(self, fence: Geofence, *, config: ProtocolConfig | None = None) -> str:
+        return await runner.apply_geofence(self.link, fence, config=self._cfg(config), lock=self._transfer_lock)
+
+    # -- stream rates and identity ------------------------------------------
+    async def set_message_rate(
+        self, msg_id: int, hz: float, *, config: ProtocolConfig | None = None
+    ) -> CommandOutcome:
+        """SET_MESSAGE_INTERVAL in whole microseconds; raises CommandRejected / CommandTimeout."""
+        return await self.command_ok(
+            mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL, (float(msg_id), float(round(1e6 / hz))), config=config
+        )
+
+    async def read_message_rate(
+        self, msg_id: int, *, wait_s: float, config: ProtocolConfig | None = None
+    ) -> float | None:
+        """The message's current rate in Hz (0.0: disabled), or None when the autopilot does not say."""
+        msg = await self.request_reply(
+            mavlink2.MAV_CMD_GET_MESSAGE_INTERVAL, (float(msg_id),), "MESSAGE_INTERVAL",
+            lambda m: int(m.message_id) == msg_id, wait_s=wait_s, config=config,
+        )  # fmt: skip
+        if msg is None:
+            return None
+        iv = int(msg.interval_us)
+        return 1e6 / iv if iv > 0 else 0.0
+
+    async def autopilot_version(
+        self, *, wait_s: float, config: ProtocolConfig | None = None
+    ) -> dict[str, Any] | None:
+        """Firmware and board identity from AUTOPILOT_VERSION, or None when the autopilot does not answer."""
+        msg = await self.request_reply(
+            mavlink2.MAV_CMD_REQUEST_MESSAGE, (float(mavlink2.MAVLINK_MSG_ID_AUTOPILOT_VERSION),),
+            "AUTOPILOT_VERSION", wait_s=wait_s, config=config,
+        )  # fmt: skip
+        return None if msg is None else autopilot_version_fields(msg)
+
+
+def _conforms(session: VehicleSession) -> Session:
+    return session  # mypy checks here that VehicleSession implements the Protocol

@@ -1,0 +1,199 @@
+"""What a command does to the vehicle, and how each way of ending becomes an `Outcome`.
+
+An action is `async (cmd, ctx) -> Outcome`. `MavCommand` wraps a builder of
+one MAV_CMD (COMMAND_LONG/INT); the parameter and mission commands run their
+own protocols. `run_action` translates the protocol errors at one boundary:
+a dropped link or a vehicle that was never heard after the send is `retry`
+(the message is nak'd and redelivered), anything the vehicle answered is
+final.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from drivers.mavlink import autopilot
+from drivers.mavlink.command import CommandResult as MavCommandResult
+from drivers.mavlink.command import mav_result_name
+from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
+from drivers.mavlink.modes import ModeTable, UnknownMode
+from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
+from drivers.mavlink.plan import PlanError
+from drivers.mavlink.runner import MissionMismatch
+from gateway.blobs import BlobError, BlobFailure, fetch_plan
+from gateway.contract.commands import CmdResult, Command, CommandInvalid
+from gateway.contract.errors import LinkError
+from gateway.contract.subjects import BLOBS_BUCKET
+from gateway.services import NatsAccess, VehicleHandle
+
+_TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
+_REJECTED = (mavlink2.MAV_RESULT_DENIED, mavlink2.MAV_RESULT_UNSUPPORTED)
+
+
+@dataclass(slots=True, kw_only=True)
+class Outcome:
+    """How one execution attempt ended. `retry` means: not finished, nak and try again."""
+
+    result: CmdResult
+    mav_result: int | None = None
+    detail: str = ""
+    attempts: int = 0
+    retry: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionContext:
+    """What an action may use: the vehicle (its MAVLink session), NATS (plans), when this attempt started.
+
+    Protocol timeouts are the session's: the gateway's one protocol config.
+    """
+
+    vehicle: VehicleHandle
+    nats: NatsAccess
+    started_mono: float = field(default_factory=time.monotonic)
+
+
+Action = Callable[[Command, ActionContext], Awaitable[Outcome]]
+
+
+# ---------------------------------------------------------------------------
+# MAV_CMDs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MavAction:
+    """A MAV_CMD with its params (param1..param7), sent as COMMAND_LONG or COMMAND_INT."""
+
+    command: int
+    params: tuple[float, ...] = ()
+    use_int: bool = False
+    frame: int | None = None
+
+
+def set_mode_params(mode: str, modes: ModeTable | None) -> tuple[float, ...]:
+    """MAV_CMD_DO_SET_MODE param1..3 for `mode` in the vehicle's flavour."""
+    if modes is None:
+        raise CommandInvalid("set_mode: the vehicle's mode table is not known yet (no HEARTBEAT)", name="set_mode")
+    try:
+        return autopilot.set_mode_params(modes, mode)
+    except UnknownMode as exc:
+        raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
+
+
+@dataclass(frozen=True, slots=True)
+class MavCommand:
+    """The action of a command that is one MAV_CMD: `build` maps the command (and mode table) to it."""
+
+    build: Callable[[Command, ModeTable | None], MavAction]
+
+    async def __call__(self, cmd: Command, ctx: ActionContext) -> Outcome:
+        action = self.build(cmd, ctx.vehicle.telemetry.modes)
+        outcome = await ctx.vehicle.session.command(
+            action.command, action.params, use_int=action.use_int, frame=action.frame
+        )
+        mr = outcome.mav_result
+        if outcome.result is MavCommandResult.ACCEPTED:
+            detail = "confirmed by HEARTBEAT (ACK lost)" if outcome.confirmed_by == "heartbeat" else ""
+            return Outcome(result=CmdResult.ACCEPTED, mav_result=mr, detail=detail, attempts=outcome.attempts)
+        if outcome.result is MavCommandResult.TIMEOUT:
+            return no_answer(ctx, f"no COMMAND_ACK after {outcome.attempts} attempts", outcome.attempts)
+        name = mav_result_name(mr)
+        if mr == _TEMPORARY:
+            return Outcome(result=CmdResult.FAILED, mav_result=mr, detail="temporarily rejected by the vehicle",
+                           attempts=outcome.attempts, retry=True)
+        result = CmdResult.REJECTED if mr in _REJECTED else CmdResult.FAILED
+        return Outcome(result=result, mav_result=mr, detail=f"vehicle answered {name}", attempts=outcome.attempts)
+
+
+def no_answer(ctx: ActionContext, detail: str, attempts: int) -> Outcome:
+    """No answer: a link outage is retried later (nak); a vehicle that was heard and stayed silent is a timeout.
+
+    "Heard" means a HEARTBEAT arrived after the command was first sent:
+    without one the command most likely never reached the vehicle (the
+    link state itself lags by the heartbeat timeout).
+    """
+    session = ctx.vehicle.session
+    if not session.is_up or session.last_heartbeat_mono <= ctx.started_mono:
+        return Outcome(result=CmdResult.TIMEOUT, detail=f"link down: {detail}", attempts=attempts, retry=True)
+    return Outcome(result=CmdResult.TIMEOUT, detail=detail, attempts=attempts)
+
+
+# ---------------------------------------------------------------------------
+# parameter and mission protocols
+
+
+async def param_get(cmd: Command, ctx: ActionContext) -> Outcome:
+    pv = await ctx.vehicle.session.read_param(cmd.params["name"])
+    return Outcome(result=CmdResult.ACCEPTED, detail=f"{pv.name} = {pv.value:g}", attempts=1,
+                   extra={"value": pv.value})
+
+
+async def param_set(cmd: Command, ctx: ActionContext) -> Outcome:
+    pv = await ctx.vehicle.session.set_param(cmd.params["name"], cmd.params["value"])
+    return Outcome(result=CmdResult.ACCEPTED, detail=f"{pv.name} = {pv.value:g}", attempts=1,
+                   extra={"value": pv.value})
+
+
+async def mission_clear(cmd: Command, ctx: ActionContext) -> Outcome:
+    await ctx.vehicle.session.clear_mission()
+    return Outcome(result=CmdResult.ACCEPTED, detail="mission cleared", attempts=1)
+
+
+async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
+    obj_name = str(cmd.params["object"])
+    try:
+        plan = await fetch_plan(ctx.nats.js, obj_name)
+    except BlobError as exc:
+        if exc.kind is BlobFailure.NOT_CONNECTED:
+            return Outcome(result=CmdResult.TIMEOUT, detail="NATS not connected: cannot read the plan", retry=True)
+        if exc.kind is BlobFailure.NOT_FOUND:
+            return Outcome(result=CmdResult.INVALID, detail=f"mission_upload: no object {obj_name!r} in {BLOBS_BUCKET}")
+        return Outcome(result=CmdResult.TIMEOUT, detail=f"reading {obj_name!r}: {exc.error}: {exc.detail}", retry=True)
+    except PlanError as exc:
+        return Outcome(result=CmdResult.INVALID, detail=f"mission_upload: {obj_name}: {exc}")
+    session = ctx.vehicle.session
+    digest = await session.upload_and_verify(plan.mission)
+    count = len(plan.mission)
+    uploaded: dict[str, Any] = {"digest": digest, "count": count}
+    parts = [f"{count} items"]
+    for kind, mission_type, items in (("fence", FENCE, plan.fence), ("rally", RALLY, plan.rally)):
+        # Only what the plan holds: a plan without a geofence leaves the vehicle's fence alone.
+        kind_digest = None
+        if items:
+            kind_digest = await session.upload_and_verify(items, mission_type)
+            parts.append(f"{len(items)} {kind} item{'' if len(items) == 1 else 's'}")
+        uploaded[f"{kind}_digest"] = kind_digest
+        uploaded[f"{kind}_count"] = len(items)
+    ctx.vehicle.emit("mission_uploaded", object=obj_name, **uploaded)
+    return Outcome(result=CmdResult.ACCEPTED, detail=f"{', '.join(parts)}, read back and verified", attempts=1,
+                   extra=uploaded)
+
+
+# ---------------------------------------------------------------------------
+# the one boundary where protocol errors become outcomes
+
+
+async def run_action(action: Action, cmd: Command, ctx: ActionContext) -> Outcome:
+    try:
+        return await action(cmd, ctx)
+    except LinkError as exc:
+        return Outcome(result=CmdResult.TIMEOUT, detail=f"link dropped: {exc.reason}", retry=True)
+    except ParamMismatch as exc:
+        return Outcome(result=CmdResult.REJECTED, detail=str(exc), attempts=exc.attempts)
+    except ParamTimeout as exc:
+        return no_answer(ctx, str(exc), exc.attempts)
+    except ParamError as exc:
+        return Outcome(result=CmdResult.FAILED, detail=str(exc))
+    except MissionRejected as exc:
+        return Outcome(result=CmdResult.REJECTED, detail=str(exc), attempts=1)
+    except MissionTimeout as exc:
+        return no_answer(ctx, str(exc), exc.retries + 1)
+    except MissionMismatch as exc:
+        return Outcome(result=CmdResult.FAILED, detail=str(exc), attempts=1)
+    except CommandInvalid as exc:
+        return Outcome(result=CmdResult.INVALID, detail=exc.reason)

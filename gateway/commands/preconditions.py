@@ -1,0 +1,97 @@
+"""Preconditions against the live vehicle model. Pure.
+
+A precondition says why a command must not be sent now (→ `cmd_result`
+`rejected`, nothing sent), or None. The rules are plain functions of the
+command and the model so each one is unit-tested with a small dataclass;
+which rule belongs to which command is decided once, in `spec.COMMANDS`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from drivers.mavlink.autopilot import is_airborne
+from drivers.mavlink.modes import ModeTable, UnknownMode
+from gateway.contract.commands import Command, CommandInvalid
+
+
+class LiveState(Protocol):
+    """What preconditions read of the vehicle's telemetry (a subset of `gateway.services.TelemetryView`)."""
+
+    @property
+    def armed(self) -> bool | None: ...
+
+    @property
+    def mode(self) -> str | None: ...
+
+    @property
+    def failsafe_active(self) -> bool: ...
+
+    @property
+    def landed_state(self) -> int | None: ...
+
+    @property
+    def flavour(self) -> str: ...
+
+    @property
+    def vehicle_class(self) -> str: ...
+
+    @property
+    def modes(self) -> ModeTable | None: ...
+
+# Modes in which an ArduPilot vehicle accepts MAV_CMD_NAV_TAKEOFF.
+ARDUPILOT_TAKEOFF_MODES: dict[str, frozenset[str]] = {
+    "copter": frozenset({"GUIDED"}),
+    "plane": frozenset({"GUIDED", "TAKEOFF", "AUTO"}),
+}
+
+
+def check_mode(mode: str, modes: ModeTable | None) -> str:
+    """The canonical mode name, or CommandInvalid listing the vehicle's modes."""
+    if modes is None or not modes.names():
+        return mode.strip().upper()
+    try:
+        modes.custom_mode(mode)
+    except UnknownMode as exc:
+        raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
+    return mode.strip().upper()
+
+
+def failsafe_refusal(cmd: Command) -> str:
+    """Why a command that changes the flight state is refused while a failsafe is active."""
+    return f"{cmd.name} refused: a failsafe is active (only land, rtl and disarm are accepted)"
+
+
+def to_recovery_mode(cmd: Command, state: LiveState) -> bool:
+    """set_mode to a recovery mode (RTL, LAND...) is allowed during a failsafe."""
+    return state.modes is not None and state.modes.is_recovery(str(cmd.params["mode"]).upper())
+
+
+def takeoff_failure(cmd: Command, state: LiveState) -> str | None:
+    if not state.armed:
+        return "takeoff needs the vehicle armed"
+    if is_airborne(state.landed_state):
+        return "takeoff refused: the vehicle is already in the air"
+    if state.flavour == "ardupilot":
+        accepted = ARDUPILOT_TAKEOFF_MODES.get(state.vehicle_class)
+        if accepted is None:
+            return f"takeoff is not possible for a {state.vehicle_class}"
+        if state.mode not in accepted:
+            return f"takeoff needs mode {' or '.join(sorted(accepted))}, the vehicle is in {state.mode}"
+    elif state.flavour == "px4" and state.modes is not None and state.mode and state.modes.is_recovery(state.mode):
+        return f"takeoff refused in recovery mode {state.mode}"
+    return None
+
+
+def goto_failure(cmd: Command, state: LiveState) -> str | None:
+    return None if state.armed else "goto needs the vehicle armed (and flying)"
+
+
+def reboot_failure(cmd: Command, state: LiveState) -> str | None:
+    if state.armed is False:
+        return None
+    return "reboot needs the vehicle disarmed" if state.armed else "reboot needs a known disarmed state"
+
+
+def no_precondition(cmd: Command, state: LiveState) -> str | None:
+    return None

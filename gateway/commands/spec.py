@@ -1,0 +1,167 @@
+"""Every command, defined once: its wire spec, its preconditions, its action.
+
+`COMMANDS` has exactly one `CommandDef` per name of the contract's
+`CATALOGUE` (a test holds it to that). Adding a command means adding its
+wire spec in `gateway.contract.commands` and one row here; the executor has
+no per-command branches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drivers.mavlink import autopilot
+from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.modes import ModeTable
+from gateway.commands.actions import (
+    Action,
+    MavAction,
+    MavCommand,
+    mission_clear,
+    mission_upload,
+    param_get,
+    param_set,
+    set_mode_params,
+)
+from gateway.commands.preconditions import (
+    LiveState,
+    check_mode,
+    failsafe_refusal,
+    goto_failure,
+    no_precondition,
+    reboot_failure,
+    takeoff_failure,
+    to_recovery_mode,
+)
+from gateway.contract.commands import CATALOGUE, Command, CommandInvalid, CommandName, CommandSpec
+
+Precondition = Callable[[Command, LiveState], "str | None"]
+VehicleCheck = Callable[[Command, "ModeTable | None"], None]
+
+
+def _never(cmd: Command, state: LiveState) -> bool:
+    return False
+
+
+def _no_check(cmd: Command, modes: ModeTable | None) -> None:
+    return None
+
+
+def _mode_known(cmd: Command, modes: ModeTable | None) -> None:
+    check_mode(str(cmd.params["mode"]), modes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandDef:
+    """One command: what it takes (the wire spec), when it may run, what it does.
+
+    - `flight_state`: it changes what the vehicle does in the air, so it is
+      refused while a failsafe is active unless `failsafe_exempt` says so;
+    - `check`: validation against the vehicle's tables that makes the
+      command `invalid` (not `rejected`): a mode the vehicle does not have;
+    - `precondition`: why it must not be sent now (→ `rejected`), or None;
+    - `action`: what it does to the vehicle.
+    """
+
+    wire: CommandSpec
+    action: Action
+    precondition: Precondition = no_precondition
+    flight_state: bool = False
+    failsafe_exempt: Callable[[Command, LiveState], bool] = _never
+    check: VehicleCheck = _no_check
+
+    @property
+    def name(self) -> str:
+        return self.wire.name.value
+
+    def failure(self, cmd: Command, state: LiveState) -> str | None:
+        """Why `cmd` must not be sent now (→ cmd_result `rejected`), or None when it may be."""
+        if self.flight_state and state.failsafe_active and not self.failsafe_exempt(cmd, state):
+            return failsafe_refusal(cmd)
+        return self.precondition(cmd, state)
+
+
+def _mav(build: Callable[[Command, ModeTable | None], MavAction]) -> MavCommand:
+    return MavCommand(build)
+
+
+_N = CommandName
+_W = CATALOGUE
+
+_DEFS = (
+    CommandDef(
+        wire=_W[_N.ARM], flight_state=True,
+        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, params=(1.0,))),
+    ),
+    CommandDef(
+        wire=_W[_N.DISARM],
+        action=_mav(lambda c, m: MavAction(
+            command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM,
+            params=autopilot.arm_params(False, force=bool(c.params.get("force"))),
+        )),
+    ),
+    CommandDef(
+        wire=_W[_N.TAKEOFF], flight_state=True, precondition=takeoff_failure,
+        action=_mav(lambda c, m: MavAction(
+            command=mavlink2.MAV_CMD_NAV_TAKEOFF, params=(0.0, 0.0, 0.0, math.nan, math.nan, math.nan, c.params["alt_m"])
+        )),
+    ),
+    CommandDef(
+        wire=_W[_N.LAND],
+        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_NAV_LAND,
+                                           params=(0.0, 0.0, 0.0, math.nan, 0.0, 0.0, 0.0))),
+    ),
+    CommandDef(wire=_W[_N.RTL], action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_NAV_RETURN_TO_LAUNCH))),
+    CommandDef(
+        wire=_W[_N.SET_MODE], flight_state=True, failsafe_exempt=to_recovery_mode, check=_mode_known,
+        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_DO_SET_MODE,
+                                           params=set_mode_params(str(c.params["mode"]), m))),
+    ),
+    CommandDef(
+        wire=_W[_N.GOTO], flight_state=True, precondition=goto_failure,
+        action=_mav(lambda c, m: MavAction(
+            command=mavlink2.MAV_CMD_DO_REPOSITION,
+            # speed default, change to GUIDED, no radius, keep yaw; x/y/z: the target
+            params=(-1.0, float(mavlink2.MAV_DO_REPOSITION_FLAGS_CHANGE_MODE), 0.0, math.nan,
+                    c.params["lat_deg"], c.params["lon_deg"], c.params["alt_m"]),
+            use_int=True,
+            frame=mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT,
+        )),
+    ),
+    CommandDef(wire=_W[_N.PARAM_SET], action=param_set),
+    CommandDef(wire=_W[_N.PARAM_GET], action=param_get),
+    CommandDef(wire=_W[_N.MISSION_UPLOAD], action=mission_upload),
+    CommandDef(wire=_W[_N.MISSION_CLEAR], action=mission_clear),
+    CommandDef(
+        wire=_W[_N.MISSION_START], flight_state=True,
+        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_MISSION_START, params=(0.0, 0.0))),
+    ),
+    CommandDef(
+        wire=_W[_N.REBOOT], flight_state=True, precondition=reboot_failure,
+        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN, params=(1.0,))),
+    ),
+)
+
+COMMANDS: dict[str, CommandDef] = {d.name: d for d in _DEFS}
+
+
+def command_def(name: str) -> CommandDef:
+    found = COMMANDS.get(name)
+    if found is None:
+        raise CommandInvalid(f"unknown command {name!r} (known: {', '.join(CATALOGUE)})", name=name)
+    return found
+
+
+def precondition_failure(cmd: Command, state: LiveState) -> str | None:
+    """Why `cmd` must not be sent now (→ cmd_result `rejected`), or None when it may be."""
+    return command_def(cmd.name).failure(cmd, state)
+
+
+def mav_action(cmd: Command, modes: ModeTable | None) -> MavAction:
+    """The MAV_CMD `cmd` becomes (only for commands whose action is one MAV_CMD)."""
+    action = command_def(cmd.name).action
+    if not isinstance(action, MavCommand):
+        raise CommandInvalid(f"{cmd.name} is not a MAV_CMD command", cmd_id=cmd.cmd_id, name=cmd.name)
+    return action.build(cmd, modes)
