@@ -24,6 +24,7 @@ from drivers.mavlink.command import CommandConfig as MavCommandConfig
 from drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
 from drivers.mavlink.runner import ProtocolConfig
 from drivers.mavlink.transport import Endpoint
+from gateway.budget import EventBudgetConfig
 from gateway.contract.errors import ConfigError
 from gateway.contract.natsconn import DEFAULT_NATS, NatsOptions
 from gateway.contract.subjects import STATE_CHANNELS, check_token
@@ -113,6 +114,7 @@ class GatewayConfig:
     link: LinkConfig = field(default_factory=LinkConfig)
     commands: CommandConfig = field(default_factory=CommandConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
+    event_budget: EventBudgetConfig = field(default_factory=EventBudgetConfig)
     state_dir: Path = Path(".mavjet/state")
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
@@ -173,7 +175,7 @@ class GatewayConfig:
 # -- building from TOML + CLI ---------------------------------------------
 
 _TOP_KEYS = {
-    "shadow", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
+    "shadow", "event_budget", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
     "max_inflight_state", "uvloop", "publish_tick_s", "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s",
 }
@@ -320,9 +322,10 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         nats_kw.update({k: v for k, v in cli_nats.items() if v is not None})
     kw.update({k: v for k, v in overrides.items() if v is not None})
     shadow = ShadowConfig.from_toml(_typed("shadow", raw.get("shadow", {}), dict))
+    event_budget = _section("event_budget", EventBudgetConfig, _typed("event_budget", raw.get("event_budget", {}), dict))
     return GatewayConfig(
         vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands,
-        shadow=shadow, **kw,
+        shadow=shadow, event_budget=event_budget, **kw,
     )
 
 

@@ -14,7 +14,6 @@ import gc
 import os
 import signal
 import sys
-import time
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -27,6 +26,7 @@ from anyio.abc import TaskGroup
 from drivers.mavlink.dialect import fastcrc_available
 from drivers.mavlink.udphub import UdpHub
 from gateway import logs
+from gateway.clock import GatewayClock
 from gateway.config import GatewayConfig, load_toml, resolve_config
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
@@ -56,9 +56,11 @@ class Gateway:
                 self.hubs[str(v.endpoint)] = UdpHub(v.endpoint)
         # Twins with a new sample since the last tick: the ticker visits only these.
         self._dirty: set[VehicleTwin] = set()
+        # The one clock of every state sample and event time (gateway/clock.py).
+        self.clock = GatewayClock()
         self.twins = {
             v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics, hub=self.hubs.get(str(v.endpoint)),
-                               on_fresh=self._dirty.add)
+                               on_fresh=self._dirty.add, clock=self.clock)
             for v in cfg.vehicles
         }
         self.metrics.watch_sessions(lambda: [t.session for t in self.twins.values()])
@@ -81,10 +83,11 @@ class Gateway:
         dirty = self._dirty
         link_hz = self.cfg.rates_hz.get("link")
         link_every_ns = int(1e9 / link_hz) if link_hz else None
-        next_link_ns = time.time_ns()
+        clock = self.clock
+        next_link_ns = clock.now_ns()
         tick_gauge = self.metrics.loop_tick
         while True:
-            now_ns = time.time_ns()
+            now_ns = clock.now_ns()
             tick_gauge.set(now_ns / 1e9)
             if dirty:
                 batch = list(dirty)
@@ -170,7 +173,9 @@ class Gateway:
         if self._notifier is not None:
             self._notifier.stopping()
         log.info("gateway_stopping", reason=self._stop_reason)
+        now_ns = self.clock.now_ns()
         for twin in self.twins.values():
+            twin.flush_suppressed(now_ns, flush=True)  # what the budget held back is reported before we go
             twin.emit("gateway_stopped", gateway=self.cfg.instance, reason=self._stop_reason)
         await self.publisher.shutdown(self.cfg.shutdown_timeout_s)
         root.cancel_scope.cancel()

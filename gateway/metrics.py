@@ -64,6 +64,10 @@ class GatewayMetrics:
         self.spool_depth = Gauge("mavjet_spool_depth", "Events waiting in the on-disk spool", registry=r)
         self.spool_dropped = Counter("mavjet_spool_dropped", "Spooled events dropped at the bound", registry=r)
         self.events = Counter("mavjet_events", "Events detected", ["type"], registry=r)
+        self.events_suppressed = Counter(
+            "mavjet_events_suppressed", "Events held back by a vehicle's event budget (not published)", ["type"],
+            registry=r,
+        )
         self.commands = Counter("mavjet_commands", "Commands finished by result", ["name", "result"], registry=r)
         self.loop_tick = Gauge(
             "mavjet_loop_last_tick_timestamp_seconds",

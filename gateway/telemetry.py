@@ -4,9 +4,10 @@ Pure and synchronous (no I/O, no asyncio): the gateway's hot path calls
 `update()` for every message, so it is written for speed, and every rule in
 here is unit-tested by feeding pymavlink messages.
 
-Times: a sample's time is the autopilot's boot clock mapped to UTC through
-SYSTEM_TIME where the message carries `time_boot_ms`; otherwise the time the
-gateway received it.
+Times: every sample's and event's time is `recv_ns`, the gateway's clock
+(gateway/clock.py) when the batch holding the message arrived, never the
+vehicle's clock, so ages computed by readers are true ages. Channels fed by a
+message carrying the autopilot's boot time keep it as `time_boot_ms`.
 """
 
 from __future__ import annotations
@@ -91,7 +92,6 @@ class TelemetryModel:
     mission_seq: int | None = None
     failsafe_active: bool = False
     _failsafe_hint: tuple[int, str] | None = None
-    _boot_offset_ns: int | None = None
     _last_boot_ms: int = 0
     _flight: _Flight = field(default_factory=_Flight)
     _seen_extended_state: bool = False
@@ -103,11 +103,6 @@ class TelemetryModel:
         return self._last_boot_ms
 
     # -- helpers -----------------------------------------------------------
-    def _time(self, boot_ms: int | None, recv_ns: int) -> int:
-        if boot_ms is not None and self._boot_offset_ns is not None:
-            return boot_ms * 1_000_000 + self._boot_offset_ns
-        return recv_ns
-
     def _set(self, channel: str, t_ns: int, payload: dict[str, Any]) -> None:
         self.channels[channel] = payload
         self.sample_ns[channel] = t_ns
@@ -223,18 +218,18 @@ class TelemetryModel:
         )
 
     def _global_position(self, m: MavMessage, recv_ns: int) -> None:
-        t = self._time(m.time_boot_ms, recv_ns)
         lat, lon = m.lat * 1e-7, m.lon * 1e-7
         alt_rel = m.relative_alt * 1e-3
         self.lat_deg, self.lon_deg, self.alt_m, self.alt_msl_m = lat, lon, alt_rel, m.alt * 1e-3
         vn, ve, vd = m.vx * 0.01, m.vy * 0.01, m.vz * 0.01
         self._set(
-            "position", t,
+            "position", recv_ns,
             {
                 "lat_deg": lat, "lon_deg": lon, "alt_m": alt_rel, "alt_msl_m": self.alt_msl_m,
                 "vn_m_s": vn, "ve_m_s": ve, "vd_m_s": vd,
                 "groundspeed_m_s": math.hypot(vn, ve),
                 "heading_deg": None if m.hdg == 65535 else m.hdg * 0.01,
+                "time_boot_ms": m.time_boot_ms,
             },
         )
         if self.armed:
@@ -246,19 +241,18 @@ class TelemetryModel:
             if not self._seen_extended_state:
                 # No EXTENDED_SYS_STATE: infer airborne from height above home.
                 if self.landed_state != mavlink2.MAV_LANDED_STATE_IN_AIR and alt_rel > 1.0:
-                    self._landed_transition(mavlink2.MAV_LANDED_STATE_IN_AIR, t)
+                    self._landed_transition(mavlink2.MAV_LANDED_STATE_IN_AIR, recv_ns)
                 elif self.landed_state == mavlink2.MAV_LANDED_STATE_IN_AIR and alt_rel < 0.3 and abs(vd) < 0.2:
-                    self._landed_transition(_ON_GROUND, t)
+                    self._landed_transition(_ON_GROUND, recv_ns)
 
     def _attitude(self, m: MavMessage, recv_ns: int) -> None:
-        t = self._time(m.time_boot_ms, recv_ns)
         d = math.degrees
         self._set(
-            "attitude", t,
+            "attitude", recv_ns,
             {
                 "roll_deg": d(m.roll), "pitch_deg": d(m.pitch), "yaw_deg": d(m.yaw),
                 "roll_rate_deg_s": d(m.rollspeed), "pitch_rate_deg_s": d(m.pitchspeed),
-                "yaw_rate_deg_s": d(m.yawspeed),
+                "yaw_rate_deg_s": d(m.yawspeed), "time_boot_ms": m.time_boot_ms,
             },
         )
 
@@ -347,11 +341,9 @@ class TelemetryModel:
             self.emit("home_set", recv_ns, home_lat_deg=home[0], home_lon_deg=home[1], home_alt_msl_m=home[2])
 
     def _system_time(self, m: MavMessage, recv_ns: int) -> None:
-        if m.time_boot_ms < self._last_boot_ms:
-            self._boot_offset_ns = None  # the autopilot rebooted: old mapping is void
+        # Only the boot clock is kept (a reboot shows as it going backwards);
+        # the vehicle's UTC never becomes a sample time (see the module docstring).
         self._last_boot_ms = m.time_boot_ms
-        if m.time_unix_usec > 0:
-            self._boot_offset_ns = m.time_unix_usec * 1000 - m.time_boot_ms * 1_000_000
 
     def _statustext(self, m: MavMessage, recv_ns: int) -> None:
         text = m.text if isinstance(m.text, str) else bytes(m.text).decode("utf-8", "replace")

@@ -11,6 +11,11 @@ latency.
 
 To services the twin is a `gateway.services.VehicleHandle`: its MAVLink
 session, a read-only telemetry view, its event stream and `publish_event`.
+
+Times come from the gateway's one clock (gateway/clock.py), read once per
+received batch and once per tick. Events bound for TWIN_EVENTS pass the
+vehicle's event budget (gateway/budget.py); in-gateway subscribers still see
+every event, as the telemetry model's state is never affected by the budget.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from drivers.mavlink.link import LinkState, MavlinkLink
 from drivers.mavlink.session import VehicleSession
 from drivers.mavlink.transport import Transport
 from drivers.mavlink.udphub import UdpHub
+from gateway.budget import EventBudget
+from gateway.clock import GatewayClock
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract import envelope
 from gateway.contract.subjects import event_subject, state_subject
@@ -42,9 +49,12 @@ log = structlog.get_logger("mavjet.vehicle")
 
 class VehicleTwin:
     def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
-                 *, hub: UdpHub | None = None, on_fresh: Callable[[VehicleTwin], None] | None = None) -> None:
+                 *, hub: UdpHub | None = None, on_fresh: Callable[[VehicleTwin], None] | None = None,
+                 clock: GatewayClock | None = None) -> None:
         self.vid = vcfg.vid
         self.cfg = cfg
+        self.clock = clock or GatewayClock()
+        self.budget = EventBudget(cfg.event_budget)
         self.publisher = publisher
         self.metrics = metrics
         self.model = TelemetryModel(vid=vcfg.vid)
@@ -73,6 +83,7 @@ class VehicleTwin:
         # The daemon's ticker: told (with self) when a channel gets a new sample.
         self.on_fresh = on_fresh
         self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
+        self._link_period_s = round(1.0 / cfg.rates_hz["link"], 3) if cfg.rates_hz.get("link") else None
         self._lost_at_mono: float | None = None
         self._was_up = False
         self._last_msgs = 0
@@ -81,7 +92,10 @@ class VehicleTwin:
         self.closing = False  # set at shutdown: our own disconnect is not a lost link
 
     # -- hot path ----------------------------------------------------------
-    def on_messages(self, msgs: list[MavMessage], recv_ns: int) -> None:
+    def on_messages(self, msgs: list[MavMessage], link_recv_ns: int) -> None:
+        # The link stamps batches with the wall clock, which can jump; the
+        # twin's times come from the gateway clock, one read per batch.
+        recv_ns = self.clock.now_ns()
         model = self.model
         update = model.update
         try:
@@ -121,7 +135,18 @@ class VehicleTwin:
             log.exception(f"{where}_failed", vehicle=self.vid)
 
     def publish_event(self, ev: Event, *, payload: bytes | None = None, enqueue: bool = True) -> None:
-        """Count the event, enqueue it for JetStream (unless the caller spooled it), tell subscribers."""
+        """Count the event, enqueue it for JetStream (unless the caller spooled it), tell subscribers.
+
+        An event to enqueue passes the event budget first; held back, it is
+        counted (and summarised by `flush_suppressed`) but still reaches the
+        subscribers. An event the caller already spooled is durable and is
+        never held back.
+        """
+        if enqueue and not self.budget.admit(ev.type, ev.time_ns):
+            self.metrics.events_suppressed.labels(type=ev.type).inc()
+            if self.events:
+                self.events.publish(ev)
+            return
         self.metrics.events.labels(type=ev.type).inc()
         if enqueue:
             if payload is None:
@@ -136,8 +161,13 @@ class VehicleTwin:
 
     def emit(self, etype: str, **data: Any) -> None:
         """Emit a gateway-side event (link, command results, shadow) with the vehicle snapshot."""
-        self.model.emit(etype, time.time_ns(), **data)
+        self.model.emit(etype, self.clock.now_ns(), **data)
         self.publish_events(self.model.drain_events())
+
+    def flush_suppressed(self, now_ns: int, *, flush: bool = False) -> None:
+        """One `events_suppressed` per event type whose budget window has ended (all with `flush`)."""
+        for s in self.budget.due(now_ns, flush=flush):
+            self.emit("events_suppressed", event_type=s.event_type, count=s.count, window_s=s.window_s)
 
     def on_link_state(self, old: LinkState, new: LinkState) -> None:
         if self.closing:
@@ -175,6 +205,9 @@ class VehicleTwin:
             "seq_gaps": h.seq_gaps,
             "connects": h.connects,
             "gateway": self.cfg.instance,
+            # Readers take the gateway as gone when this record is much older
+            # than its period (docs/commands.md, Staleness).
+            "period_s": self._link_period_s,
         }
 
     def collect_due(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> bool:
@@ -212,6 +245,9 @@ class VehicleTwin:
         return bool(fresh)
 
     async def publish_link(self, now_ns: int) -> None:
+        """The link channel, every link period even when the vehicle is silent: the gateway's liveness record."""
+        if self.budget.holding:
+            self.flush_suppressed(now_ns)
         if "link" in self._subjects:
             payload = envelope.pack(self.vid, now_ns, self.link_channel())
             await self.publisher.publish_state(self._subjects["link"], payload, now_ns)

@@ -14,12 +14,23 @@ RALLY (2) are kept separately.
 ArduPilot's home convention: seq 0 of the MISSION list is the home position;
 downloads always report the live home there, whatever was uploaded.
 
+ArduPilot stores items in its own form (`ardupilot_form`, written from
+ArduPilot's AP_Mission and checked against a real ArduCopter): a download
+returns that form, not what was sent. It refuses an item it cannot store with
+a MISSION_ACK error (e.g. INVALID_PARAM7 for a location without an altitude)
+and, like ArduPilot, does not roll back: the list is cut to the new count and
+keeps the old items beyond the refused one. The simulator deliberately
+re-implements this rather than importing the gateway's table: it is the test
+peer, and must not agree with the gateway by construction.
+
 Methods take the incoming message and sim time and return the messages to
 send; `poll(now)` drives re-requests and the timeout.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -95,6 +106,93 @@ class MissionItem:
         )  # fmt: skip
 
 
+def _f32(v: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", v))[0]) if math.isfinite(v) else v
+
+
+def _uint(v: float, bits: int) -> float:
+    return 0.0 if not math.isfinite(v) else float(int(_f32(v)) & ((1 << bits) - 1))
+
+
+def _sign(v: float) -> float:
+    return -1.0 if v < 0 else 1.0
+
+
+def _flag(v: float) -> float:
+    return 1.0 if v > 0 else 0.0
+
+
+def _zero(v: float) -> float:
+    return 0.0
+
+
+def _keep(v: float) -> float:
+    return 0.0 if math.isnan(v) else _f32(v)
+
+
+M = mavlink2
+# command -> (param1..param4 storage, has a location); ArduCopter's AP_Mission for the commands the sim flies.
+_STORE: Final[dict[int, tuple[tuple[Any, Any, Any, Any], bool]]] = {
+    M.MAV_CMD_NAV_WAYPOINT: ((lambda v: _uint(v, 16), _zero, _zero, _zero), True),
+    M.MAV_CMD_NAV_LOITER_UNLIM: ((_zero, _zero, _keep, _zero), True),
+    M.MAV_CMD_NAV_LOITER_TIME: ((lambda v: _uint(v, 16), _zero, _sign, _flag), True),
+    M.MAV_CMD_NAV_RETURN_TO_LAUNCH: ((_zero, _zero, _zero, _zero), False),
+    M.MAV_CMD_NAV_LAND: ((lambda v: _uint(v, 16), _zero, _zero, _sign), True),
+    M.MAV_CMD_NAV_TAKEOFF: ((lambda v: _uint(v, 16), _zero, _zero, _zero), True),
+    M.MAV_CMD_NAV_SPLINE_WAYPOINT: ((lambda v: _uint(v, 16), _zero, _zero, _zero), True),
+    M.MAV_CMD_NAV_DELAY: ((_keep, _keep, _keep, _keep), False),
+    M.MAV_CMD_CONDITION_DELAY: ((_keep, _zero, _zero, _zero), False),
+    M.MAV_CMD_DO_JUMP: ((lambda v: _uint(v, 16), _keep, _zero, _zero), False),
+    M.MAV_CMD_DO_CHANGE_SPEED: ((lambda v: _uint(v, 8), _keep, _keep, _zero), False),
+    M.MAV_CMD_DO_SET_ROI: ((lambda v: _uint(v, 16), _zero, _zero, _zero), True),
+    M.MAV_CMD_DO_SET_SERVO: ((lambda v: _uint(v, 8), lambda v: _uint(v, 16), _zero, _zero), False),
+}
+_LOCATION_FRAME: Final = {0: 0, 5: 0, 2: 0, 3: 3, 6: 3, 10: 10, 11: 10}
+_NAN_P4_OK: Final = frozenset({M.MAV_CMD_NAV_WAYPOINT, M.MAV_CMD_NAV_LAND, M.MAV_CMD_NAV_TAKEOFF})
+TERRAIN_FRAMES: Final = frozenset({M.MAV_FRAME_GLOBAL_TERRAIN_ALT, M.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT})
+
+
+def ardupilot_refusal(item: MissionItem) -> int | None:
+    """The MISSION_ACK error ArduPilot answers for `item`, or None when it stores it."""
+    if item.mission_type == RALLY:
+        if item.frame not in (3, 6):
+            return int(M.MAV_MISSION_UNSUPPORTED_FRAME)
+        return None if math.isfinite(item.z) and -32768 <= item.z <= 32767 else int(M.MAV_MISSION_INVALID_PARAM7)
+    if item.mission_type != MISSION:
+        return None
+    for k, v in enumerate((item.param1, item.param2, item.param3, item.param4)):
+        if math.isinf(v) or (math.isnan(v) and not (k == 3 and item.command in _NAN_P4_OK)):
+            return int(M.MAV_MISSION_INVALID_PARAM1) + k
+    rule = _STORE.get(item.command)
+    if rule is not None and rule[1]:
+        if math.isnan(item.z) or abs(item.z) >= 83000:
+            return int(M.MAV_MISSION_INVALID_PARAM7)
+        if item.frame not in _LOCATION_FRAME:
+            return int(M.MAV_MISSION_UNSUPPORTED_FRAME)
+    return None
+
+
+def ardupilot_form(item: MissionItem) -> MissionItem:
+    """What ArduPilot stores of `item`, i.e. what a download returns."""
+    if item.mission_type == FENCE:
+        p1 = _uint(item.param1, 8) if item.command in (5001, 5002) else _keep(item.param1)
+        return replace(item, current=0, autocontinue=0, param1=p1, param2=0.0, param3=0.0, param4=0.0, z=0.0)
+    if item.mission_type == RALLY:
+        return replace(item, current=0, autocontinue=0, frame=3, param1=0.0, param2=0.0, param3=0.0, param4=0.0,
+                       z=float(int(item.z)))  # fmt: skip
+    rule = _STORE.get(item.command)
+    if rule is None:
+        return replace(item, current=0, autocontinue=1)
+    store, located = rule
+    p = [f(v) for f, v in zip(store, (item.param1, item.param2, item.param3, item.param4), strict=True)]
+    if located:
+        z = _f32(int(_f32(_f32(item.z) * 100.0)) / 100.0)  # whole centimetres
+        return replace(item, current=0, autocontinue=1, frame=_LOCATION_FRAME.get(item.frame, item.frame),
+                       param1=p[0], param2=p[1], param3=p[2], param4=p[3], z=z)  # fmt: skip
+    return replace(item, current=0, autocontinue=1, frame=0, param1=p[0], param2=p[1], param3=p[2], param4=p[3],
+                   x=0, y=0, z=0.0)  # fmt: skip
+
+
 @dataclass(slots=True, kw_only=True)
 class _Upload:
     mission_type: int
@@ -112,7 +210,8 @@ def _ack(partner: tuple[int, int], result: int, mission_type: int) -> Any:
 class MissionServer:
     """Stored lists per mission type plus at most one upload in flight."""
 
-    def __init__(self, *, retry_s: float = 1.0, timeout_s: float = 8.0) -> None:
+    def __init__(self, *, retry_s: float = 1.0, timeout_s: float = 8.0, ardupilot: bool = True) -> None:
+        self.ardupilot = ardupilot  # store items in ArduPilot's form and refuse what it refuses
         self.retry_s = retry_s
         self.timeout_s = timeout_s
         self.lists: dict[int, list[MissionItem]] = {t: [] for t in TYPES}
@@ -165,6 +264,15 @@ class MissionServer:
         if item.frame not in _FRAMES:
             self.upload = None
             return [_ack(partner, mavlink2.MAV_MISSION_UNSUPPORTED_FRAME, mtype)]
+        if self.ardupilot:
+            refusal = ardupilot_refusal(item)
+            if refusal is not None:
+                # ArduPilot has already cut its list to the new count and keeps what it stored: no rollback.
+                old = self.lists[mtype]
+                self.upload = None
+                self._commit(mtype, [*up.items, *old[len(up.items) : up.count]])
+                return [_ack(partner, refusal, mtype)]
+            item = ardupilot_form(item)
         up.items.append(item)
         up.last_progress = now
         if len(up.items) < up.count:

@@ -154,7 +154,7 @@ class VehicleModel:
         self.sysid = opts.sysid
         self.compid = COMP_AUTOPILOT
         self.params: dict[str, float] = params.defaults(opts.sysid)
-        self.missions = MissionServer()
+        self.missions = MissionServer(ardupilot=opts.flavour.name == "ardupilot")
         self.schedule = streams.Schedule()
         self.out: list[Any] = []
         self.executions: list[ExecutedCommand] = []

@@ -72,14 +72,30 @@ def mission_type_name(mission_type: int) -> str:
     return MISSION_TYPE_NAMES.get(mission_type, f"mission_type_{mission_type}")
 
 
-class MissionRejected(ProtocolError):
-    """The vehicle ended a mission transfer with a MISSION_ACK other than ACCEPTED."""
+def item_label(mission_type: int, seq: int) -> str:
+    """Where item `seq` of an upload came from: `mission.items[4]` (seq 0 of a MISSION is the home)."""
+    if mission_type == MISSION:
+        return "mission home (seq 0)" if seq == 0 else f"mission.items[{seq - 1}] (seq {seq})"
+    return f"{mission_type_name(mission_type)} item seq {seq}"
 
-    def __init__(self, protocol: str, result: int, mission_type: int) -> None:
+
+class MissionRejected(ProtocolError):
+    """The vehicle ended a mission transfer with a MISSION_ACK other than ACCEPTED.
+
+    `seq` is the item the vehicle refused (the last one it was sent) when the
+    refusal came during an upload, so the result can name the item.
+    """
+
+    def __init__(self, protocol: str, result: int, mission_type: int, *, seq: int | None = None, why: str = "") -> None:
         name = MAV_MISSION_RESULT_NAMES.get(result, str(result))
-        super().__init__(protocol, f"{mission_type_name(mission_type)} rejected: MAV_MISSION_RESULT {result} ({name})")
+        where = "" if seq is None else f" at {item_label(mission_type, seq)}"
+        detail = f": {why}" if why else ""
+        super().__init__(
+            protocol, f"{mission_type_name(mission_type)} rejected{where}: MAV_MISSION_RESULT {result} ({name}){detail}"
+        )
         self.result = result
         self.mission_type = mission_type
+        self.seq = seq
 
 
 class MissionTimeout(ProtocolError):
@@ -244,10 +260,10 @@ class _Transfer:
         self.resends += 1
         return self._send(self._last, now, self._stage)
 
-    def _check_ack(self, msg: MavMessage) -> bool:
+    def _check_ack(self, msg: MavMessage, seq: int | None = None) -> bool:
         """Handle a MISSION_ACK that ends the transfer early; True when consumed."""
         if int(msg.type) != MAV_MISSION_ACCEPTED:
-            self._fail(MissionRejected(self.PROTOCOL, int(msg.type), self.mission_type))
+            self._fail(MissionRejected(self.PROTOCOL, int(msg.type), self.mission_type, seq=seq))
             return True
         return False
 
@@ -311,7 +327,8 @@ class MissionUpload(_Transfer):
         if mtype not in ("MISSION_REQUEST_INT", "MISSION_REQUEST", "MISSION_ACK") or not self._from_target(msg):
             return []
         if mtype == "MISSION_ACK":
-            if self._check_ack(msg):
+            # An error ACK answers the item just sent: ArduPilot checks each item as it arrives.
+            if self._check_ack(msg, self.highest_sent if self.highest_sent >= 0 else None):
                 return []
             if self.highest_sent == len(self.items) - 1:
                 self._succeed()

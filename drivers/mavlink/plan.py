@@ -11,10 +11,15 @@ the pure conversion (no I/O beyond `json.loads` of text handed in):
   seq, as QGroundControl does on load.
 - `geoFence` polygons and circles → FENCE items (MAV_CMD_NAV_FENCE_*);
   `rallyPoints` → RALLY items.
-- `digest(items)`: sha256 over canonical item tuples (float32 values, NaN as
-  a token). ArduPilot overwrites seq 0 with the live home position, so the
-  mission digest skips seq 0 by default; compare an upload with its download
-  by digest.
+- `digest(items)`: sha256 over the items' read-back normal form
+  (`normalise.digest_form`: what an autopilot keeps of each item, float32
+  values), so a plan and the vehicle's read-back of it have the same digest.
+  ArduPilot overwrites seq 0 with the live home position, so the mission
+  digest skips seq 0 by default; compare an upload with its download by digest.
+- Validation: an item a vehicle would refuse is refused here, named by its
+  index in the plan (`mission.items[5]: NAV_WAYPOINT in a global frame needs
+  an altitude (param7 is null)`); terrain-relative frames are refused (the
+  gateway serves no terrain data, so the vehicle could not arm).
 
 Errors are `PlanError` with `path` naming the offending field
 (`mission.items[3].params`), so an operator can fix the file.
@@ -31,6 +36,7 @@ from typing import Any
 
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
+from drivers.mavlink.normalise import command_name, digest_form, is_positional
 from gateway.contract.errors import MavjetError
 
 MAV_CMD_NAV_WAYPOINT = mavlink2.MAV_CMD_NAV_WAYPOINT
@@ -42,6 +48,7 @@ FENCE_CIRCLE_EXCLUSION = mavlink2.MAV_CMD_NAV_FENCE_CIRCLE_EXCLUSION
 RALLY_POINT = mavlink2.MAV_CMD_NAV_RALLY_POINT
 
 KNOWN_FRAMES = frozenset(range(0, 22))  # MAV_FRAME values defined by MAVLink
+TERRAIN_FRAMES = frozenset({mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT, mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT})
 MAX_PLAN_BYTES = 4 * 1024 * 1024
 
 
@@ -195,6 +202,7 @@ def _mission_items(raw_items: Sequence[Any], home: tuple[float, float, float] | 
         auto = obj.get("autoContinue", True)
         if not isinstance(auto, bool):
             raise PlanError(f"{path}.autoContinue", f"expected true/false, got {auto!r}")
+        _check_item(path, command, frame, p)
         if frame in GLOBAL_FRAMES and not (math.isnan(p[4]) and math.isnan(p[5])):
             x, y = _lat_lon(p[4], p[5], f"{path}.params")
         elif frame in GLOBAL_FRAMES:
@@ -221,6 +229,19 @@ def _mission_items(raw_items: Sequence[Any], home: tuple[float, float, float] | 
                 raise PlanError(f"mission.items[{n - 1}].params[0]", f"DO_JUMP to unknown doJumpId {target}")
             items[n] = replace(item, param1=float(jump_ids[int(target)]))
     return tuple(items)
+
+
+def _check_item(path: str, command: int, frame: int, p: Sequence[float]) -> None:
+    """Refuse what a vehicle would refuse or could not fly, naming the item and the field."""
+    name = command_name(command)
+    if frame in TERRAIN_FRAMES:
+        raise PlanError(
+            path,
+            f"{name} uses a terrain-relative altitude (frame {frame}): the vehicle needs terrain data"
+            " that mavjet does not serve, so it would refuse to arm; use frame 3 (relative to home)",
+        )
+    if frame in GLOBAL_FRAMES and is_positional(command) and math.isnan(p[6]):
+        raise PlanError(path, f"{name} in a global frame needs an altitude (param7 is null)")
 
 
 def _fence_items(fence: Mapping[str, Any]) -> tuple[MissionItem, ...]:
@@ -361,14 +382,16 @@ def plan_to_dict(
 def digest(items: Iterable[MissionItem], *, include_home: bool = False) -> str:
     """sha256 (hex) of the canonical items; seq 0 of a MISSION is skipped unless `include_home`.
 
-    Two missions with the same digest fly the same way: floats are compared
-    as the float32 the vehicle stores, `current` is ignored, and the home
-    position (which ArduPilot replaces with the live home) is left out.
+    Two missions with the same digest fly the same way: items are hashed in
+    the form an autopilot reads them back (`normalise.digest_form`: unused
+    params 0, frames of non-positional commands 0, float32 values, fence and
+    rally autocontinue 0), `current` is ignored, and the home position (which
+    ArduPilot replaces with the live home) is left out.
     """
     h = hashlib.sha256()
     for item in items:
         if item.mission_type == MISSION and item.seq == 0 and not include_home:
             continue
-        h.update(repr(item.canonical()).encode())
+        h.update(repr(digest_form(item).canonical()).encode())
         h.update(b"\n")
     return h.hexdigest()

@@ -43,10 +43,14 @@ from drivers.mavlink.mission import (
     MissionConfig,
     MissionDownload,
     MissionItem,
+    MissionRejected,
     MissionTimeout,
     MissionUpload,
+    item_label,
     mission_type_name,
 )
+from drivers.mavlink.modes import Flavour
+from drivers.mavlink.normalise import check_item, differences
 from drivers.mavlink.params import (
     REAL32,
     ParamConfig,
@@ -374,15 +378,59 @@ async def clear_mission(
 
 
 class MissionMismatch(ProtocolError):
-    """The mission read back differs from the one uploaded."""
+    """The mission read back differs from the one uploaded (after read-back normalisation).
 
-    def __init__(self, mission_type: int, uploaded: str, downloaded: str) -> None:
+    `seq` and `detail` name the first item that differs and how, when the
+    counts agree.
+    """
+
+    def __init__(
+        self, mission_type: int, uploaded: str, downloaded: str, *, seq: int | None = None, detail: str = ""
+    ) -> None:
+        where = f" ({item_label(mission_type, seq)}: {detail})" if seq is not None else (f" ({detail})" if detail else "")
         super().__init__(
-            "mission_verify", f"{mission_type_name(mission_type)} read back with digest {downloaded[:12]}, uploaded {uploaded[:12]}"
+            "mission_verify",
+            f"{mission_type_name(mission_type)} read back with digest {downloaded[:12]}, uploaded {uploaded[:12]}{where}",
         )
         self.mission_type = mission_type
         self.uploaded = uploaded
         self.downloaded = downloaded
+        self.seq = seq
+        self.detail = detail
+
+
+def check_upload(items: Sequence[MissionItem], flavour: Flavour | str | None) -> None:
+    """Raise MissionRejected, naming the item, for the first item the vehicle would refuse.
+
+    Checked before anything is sent: ArduPilot truncates its stored mission
+    to the new count at MISSION_COUNT and does not roll back a refused upload.
+    """
+    for item in items:
+        problem = check_item(item, flavour or Flavour.GENERIC)
+        if problem is not None:
+            raise MissionRejected(
+                "mission_upload", problem.result, item.mission_type, seq=problem.seq, why=problem.reason
+            )
+
+
+def compare_readback(
+    sent: Sequence[MissionItem], back: Sequence[MissionItem], mission_type: int, flavour: Flavour | str | None
+) -> None:
+    """Raise MissionMismatch unless `back` is how an autopilot of `flavour` reads `sent` back.
+
+    Both sides are normalised (`normalise.readback`); seq 0 of a MISSION is
+    the vehicle's own home and is not compared. Without a known flavour the
+    items are compared in the digest's form (the coarsest).
+    """
+    want, got = digest(sent), digest(back)
+    if len(sent) != len(back):
+        raise MissionMismatch(mission_type, want, got, detail=f"{len(back)} items read back, {len(sent)} sent")
+    for a, b in zip(sent, back, strict=True):
+        if mission_type == MISSION and a.seq == 0:
+            continue
+        diff = differences(a, b, flavour or Flavour.ARDUPILOT)
+        if diff:
+            raise MissionMismatch(mission_type, want, got, seq=a.seq, detail="; ".join(diff))
 
 
 async def upload_and_verify(
@@ -392,13 +440,17 @@ async def upload_and_verify(
     *,
     config: ProtocolConfig = DEFAULT_CONFIG,
     lock: anyio.Lock | None = None,
+    flavour: Flavour | str | None = None,
 ) -> str:
-    """Upload, download, compare digests; return the digest or raise MissionMismatch.
+    """Check, upload, download, compare normalised items; return the digest or raise.
 
+    Raises MissionRejected (naming the item) when an item would be refused or
+    the vehicle refuses one, MissionMismatch when the read-back differs.
     A missing final MISSION_ACK (lost on a lossy link) does not fail the
     upload here: the download decides whether the vehicle holds the mission.
     """
     items = [it if it.mission_type == mission_type else replace(it, mission_type=mission_type) for it in items]
+    check_upload(items, flavour)
     async with _held(lock):
         try:
             await _upload(port, items, mission_type, config)
@@ -406,10 +458,8 @@ async def upload_and_verify(
             if exc.stage != "MISSION_ACK":
                 raise
         back = await _download(port, mission_type, config)
-    want, got = digest(items), digest(back)
-    if want != got:
-        raise MissionMismatch(mission_type, want, got)
-    return want
+    compare_readback(items, back, mission_type, flavour)
+    return digest(back)
 
 
 # ---------------------------------------------------------------------------
@@ -468,7 +518,12 @@ async def set_param(
 
 
 async def apply_geofence(
-    port: MavPort, fence: Geofence, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
+    port: MavPort,
+    fence: Geofence,
+    *,
+    config: ProtocolConfig = DEFAULT_CONFIG,
+    lock: anyio.Lock | None = None,
+    flavour: Flavour | str | None = None,
 ) -> str:
     """Upload and verify the FENCE zones, then set and confirm the fence parameters.
 
@@ -476,7 +531,7 @@ async def apply_geofence(
     enforces a half-written fence. Returns the zones' digest.
     """
     items = fence.items()
-    fence_digest = await upload_and_verify(port, items, FENCE, config=config, lock=lock)
+    fence_digest = await upload_and_verify(port, items, FENCE, config=config, lock=lock, flavour=flavour)
     params = fence.params()
     enable = params.pop("FENCE_ENABLE")
     for name, value in params.items():

@@ -41,7 +41,7 @@ from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.fence import Geofence
 from drivers.mavlink.link import LinkState, MavlinkLink
 from drivers.mavlink.mission import MISSION, MissionItem
-from drivers.mavlink.modes import ModeTable, UnknownMode
+from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
 from drivers.mavlink.params import ParamValue
 from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig, TransferReport
 
@@ -259,6 +259,12 @@ class VehicleSession:
     def modes(self) -> ModeTable | None:
         return None if self._flight_state is None else self._flight_state.modes
 
+    @property
+    def flavour(self) -> Flavour | None:
+        """The autopilot's flavour once its HEARTBEAT is known (mission read-back rules differ)."""
+        modes = self.modes
+        return None if modes is None else modes.flavour
+
     def is_airborne(self) -> bool:
         return self._flight_state is not None and is_airborne(self._flight_state.landed_state)
 
@@ -402,7 +408,7 @@ class VehicleSession:
         self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
     ) -> str:
         return await runner.upload_and_verify(
-            self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock
+            self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock, flavour=self.flavour
         )
 
     async def download_mission(
@@ -414,7 +420,9 @@ class VehicleSession:
         await runner.clear_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
 
     async def apply_geofence(self, fence: Geofence, *, config: ProtocolConfig | None = None) -> str:
-        return await runner.apply_geofence(self.link, fence, config=self._cfg(config), lock=self._transfer_lock)
+        return await runner.apply_geofence(
+            self.link, fence, config=self._cfg(config), lock=self._transfer_lock, flavour=self.flavour
+        )
 
     # -- stream rates and identity ------------------------------------------
     async def set_message_rate(

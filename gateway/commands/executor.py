@@ -36,14 +36,14 @@ from nats.aio.msg import Msg
 
 from gateway.commands.actions import ActionContext, Outcome, run_action
 from gateway.commands.ledger import Ledger, LedgerEntry
-from gateway.commands.spec import CommandDef, command_def
+from gateway.commands.spec import CommandDef, decode
 from gateway.config import CommandConfig
 from gateway.contract import envelope
 from gateway.contract.commands import (
+    CATALOGUE,
     CmdResult,
     Command,
     CommandInvalid,
-    decode_command,
     result_data,
 )
 from gateway.contract.subjects import event_subject
@@ -111,10 +111,12 @@ class CommandExecutor:
         headers = msg.headers or {}
         fallback_id = headers.get("Nats-Msg-Id") or f"{self.vid}:seq:{md.sequence.stream if md.sequence else 0}"
         try:
-            cmd = decode_command(name, msg.data, max_payload_bytes=self.cfg.max_payload_bytes, fallback_id=fallback_id)
-            defn = command_def(cmd.name)
-            defn.check(cmd, self.vehicle.telemetry.modes)
+            cmd, defn = decode(name, msg.data, self.vehicle.telemetry.modes,
+                               max_payload_bytes=self.cfg.max_payload_bytes, fallback_id=fallback_id)
         except CommandInvalid as exc:
+            if exc.__cause__ is not None:
+                log.error("command_decode_bug", vehicle=self.vid, cmd_id=exc.cmd_id, reason=exc.reason,
+                          exc_info=exc.__cause__)
             cmd_id = exc.cmd_id or fallback_id
             if await self._already_done(msg, cmd_id):
                 return Disposition.DUPLICATE
@@ -195,7 +197,8 @@ class CommandExecutor:
                 entry = stored
         if not entry.spooled:
             await self._spool(entry)
-        self.metrics.commands.labels(name=name, result=out.result).inc()
+        # The name is the subject's last token, chosen by the publisher: bound the metric's label values.
+        self.metrics.commands.labels(name=name if name in CATALOGUE else "unknown", result=out.result.value).inc()
         # Spooled above: counted and handed to the vehicle's subscribers only.
         self.vehicle.publish_event(Event("cmd_result", now_ns, data, msg_id), payload=entry.payload, enqueue=False)
         log.info("command_finished", vehicle=self.vid, cmd_id=cmd_id, name=name, result=out.result,

@@ -35,7 +35,14 @@ from gateway.commands.preconditions import (
     takeoff_failure,
     to_recovery_mode,
 )
-from gateway.contract.commands import CATALOGUE, Command, CommandInvalid, CommandName, CommandSpec
+from gateway.contract.commands import (
+    CATALOGUE,
+    Command,
+    CommandInvalid,
+    CommandName,
+    CommandSpec,
+    decode_command,
+)
 
 Precondition = Callable[[Command, LiveState], "str | None"]
 VehicleCheck = Callable[[Command, "ModeTable | None"], None]
@@ -152,6 +159,33 @@ def command_def(name: str) -> CommandDef:
     if found is None:
         raise CommandInvalid(f"unknown command {name!r} (known: {', '.join(CATALOGUE)})", name=name)
     return found
+
+
+def decode(
+    name: str, payload: bytes, modes: ModeTable | None, *, max_payload_bytes: int, fallback_id: str
+) -> tuple[Command, CommandDef]:
+    """An untrusted command message → the command and its definition, or CommandInvalid. Nothing else escapes.
+
+    The contract's decoder already turns every failure into CommandInvalid;
+    this is the last line behind it: an exception here would leave the
+    message unanswered, and with MaxAckPending 1 the vehicle's queue would
+    wait for AckWait x MaxDeliver.
+    """
+    cmd_id = fallback_id
+    try:
+        cmd = decode_command(name, payload, max_payload_bytes=max_payload_bytes, fallback_id=fallback_id)
+        cmd_id = cmd.cmd_id
+        defn = command_def(cmd.name)
+        defn.check(cmd, modes)
+    except CommandInvalid as exc:
+        if exc.cmd_id is None:  # the result names the command by the best id known
+            raise CommandInvalid(exc.reason, cmd_id=cmd_id, name=exc.name or name) from None
+        raise
+    except Exception as exc:  # a decoder bug must still end in `invalid`, with what is known
+        why = str(exc)[:200] or type(exc).__name__
+        raise CommandInvalid(f"{name}: body could not be decoded ({type(exc).__name__}: {why})",
+                             cmd_id=cmd_id, name=name) from exc
+    return cmd, defn
 
 
 def precondition_failure(cmd: Command, state: LiveState) -> str | None:

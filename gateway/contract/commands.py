@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -30,10 +31,24 @@ from gateway.contract.errors import MavjetError
 
 MAX_ID_LEN = 128
 MAX_ISSUER_LEN = 128
+# Use with fullmatch (a `$` alone would accept a trailing newline).
 PARAM_NAME = re.compile(r"^[A-Z0-9_]{1,16}$")
 OBJECT_NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_\-./]{0,254}$")
 ALT_RANGE_M = (1.0, 500.0)
 BODY_KEYS = frozenset({"id", "issued", "deadline", "params", "issuer"})
+# A command id becomes part of a Nats-Msg-Id header and of the result's msg id: no spaces, no control characters.
+COMMAND_ID = re.compile(rf"^[\x21-\x7e]{{1,{MAX_ID_LEN}}}$")
+
+# Values quoted in a reason come from an untrusted body: bounded in length and depth (a 1000-deep
+# nested list must not hit the recursion limit, a 60 kB string must not become a 60 kB reason).
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 64
+_QUOTE.maxlevel = 3
+
+
+def quote(value: Any) -> str:
+    """`repr(value)` for an error message, shortened when long or deep."""
+    return _QUOTE.repr(value)
 
 
 class CommandName(StrEnum):
@@ -105,21 +120,21 @@ class ParamSpec:
         where = f"{command}: {self.name}"
         if self.kind is bool:
             if not isinstance(value, bool):
-                raise CommandInvalid(f"{where} must be true or false, got {value!r}")
+                raise CommandInvalid(f"{where} must be true or false, got {quote(value)}")
             return value
         if self.kind is str:
             if not isinstance(value, str):
-                raise CommandInvalid(f"{where} must be a string, got {type(value).__name__} {value!r}")
-            if self.pattern is not None and not self.pattern.match(value):
-                raise CommandInvalid(f"{where} {value!r} is not {self.pattern_text}")
+                raise CommandInvalid(f"{where} must be a string, got {type(value).__name__} {quote(value)}")
+            if self.pattern is not None and not self.pattern.fullmatch(value):  # fullmatch: `$` allows a final newline
+                raise CommandInvalid(f"{where} {quote(value)} is not {self.pattern_text}")
             return value
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise CommandInvalid(f"{where} must be a number, got {type(value).__name__} {value!r}")
+            raise CommandInvalid(f"{where} must be a number, got {type(value).__name__} {quote(value)}")
         number = float(value)
         if not math.isfinite(number):
-            raise CommandInvalid(f"{where} must be finite, got {value!r}")
+            raise CommandInvalid(f"{where} must be finite, got {quote(value)}")
         if self.kind is int and not number.is_integer():
-            raise CommandInvalid(f"{where} must be an integer, got {value!r}")
+            raise CommandInvalid(f"{where} must be an integer, got {quote(value)}")
         unit = f" {self.unit}" if self.unit else ""
         if (self.lo is not None and number < self.lo) or (self.hi is not None and number > self.hi):
             raise CommandInvalid(f"{where} {_num(number)} outside [{_num(self.lo)}, {_num(self.hi)}]{unit}")
@@ -179,7 +194,7 @@ class CommandSpec:
         for p in self.params:
             if p.name == key:
                 return p
-        raise CommandInvalid(f"{self.name}: unknown parameter {key!r} ({self.allowed()})", name=self.name)
+        raise CommandInvalid(f"{self.name}: unknown parameter {quote(key)} ({self.allowed()})", name=self.name)
 
     def allowed(self) -> str:
         if not self.params:
@@ -213,7 +228,7 @@ CATALOGUE: dict[str, CommandSpec] = {
 def spec_for(name: str) -> CommandSpec:
     spec = CATALOGUE.get(name)
     if spec is None:
-        raise CommandInvalid(f"unknown command {name!r} (known: {', '.join(CATALOGUE)})", name=name)
+        raise CommandInvalid(f"unknown command {quote(name)} (known: {', '.join(CATALOGUE)})", name=name)
     return spec
 
 
@@ -227,7 +242,7 @@ def validate_params(name: str, params: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in params.items():
         if not isinstance(key, str):
-            raise CommandInvalid(f"{name}: parameter names must be strings, got {key!r}", name=name)
+            raise CommandInvalid(f"{name}: parameter names must be strings, got {quote(key)}", name=name)
         try:
             out[key] = spec.param(key).check(name, value)
         except CommandInvalid as exc:
@@ -272,6 +287,14 @@ class Command:
         return self.deadline_ns is not None and now_ns > self.deadline_ns
 
 
+def check_command_id(cmd_id: str) -> str:
+    """`cmd_id` if a gateway will accept it as a command id, else CommandInvalid."""
+    if not isinstance(cmd_id, str) or not COMMAND_ID.fullmatch(cmd_id):
+        raise CommandInvalid(f"command id {quote(cmd_id)} must be 1-{MAX_ID_LEN} printable ASCII characters "
+                             "without spaces")
+    return cmd_id
+
+
 def encode_command(
     cmd_id: str, params: Mapping[str, Any], *, issued_ns: int, deadline_ns: int | None = None, issuer: str = ""
 ) -> bytes:
@@ -298,22 +321,27 @@ def _timestamp_ns(value: Any, key: str, cmd_id: str, name: str) -> int:
 def decode_command(name: str, payload: bytes, *, max_payload_bytes: int, fallback_id: str | None = None) -> Command:
     """Decode and validate one command message for command `name` (the last subject token).
 
-    `fallback_id` (the Nats-Msg-Id header, or the stream sequence) names the
-    command in the rejection when the body has no usable id.
+    The payload is untrusted: whatever it holds, this returns a Command or
+    raises CommandInvalid with a reason, never anything else (a fuzz test
+    holds it to that). `fallback_id` (the Nats-Msg-Id header, or the stream
+    sequence) names the command in the rejection when the body has no usable id.
     """
     if len(payload) > max_payload_bytes:
         raise CommandInvalid(f"{name}: payload of {len(payload)} bytes exceeds the {max_payload_bytes}-byte limit",
                              cmd_id=fallback_id, name=name)
     try:
         body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise CommandInvalid(f"{name}: body is not msgpack ({exc})", cmd_id=fallback_id, name=name) from None
+    except Exception as exc:  # untrusted bytes: ValueError, StackError, TypeError (a map key that is an array)...
+        why = str(exc)[:200] or type(exc).__name__
+        raise CommandInvalid(f"{name}: body is not msgpack ({why})", cmd_id=fallback_id, name=name) from None
     if not isinstance(body, dict):
         raise CommandInvalid(f"{name}: body must be a msgpack map, got {type(body).__name__}",
                              cmd_id=fallback_id, name=name)
     cmd_id = body.get("id")
     if not isinstance(cmd_id, str) or not 0 < len(cmd_id) <= MAX_ID_LEN:
         raise CommandInvalid(f"{name}: 'id' must be a string of 1-{MAX_ID_LEN} characters", cmd_id=fallback_id, name=name)
+    if not COMMAND_ID.fullmatch(cmd_id):
+        raise CommandInvalid(f"{name}: 'id' must be printable ASCII without spaces", cmd_id=fallback_id, name=name)
     if "issued" not in body:
         raise CommandInvalid(f"{name}: 'issued' is missing", cmd_id=cmd_id, name=name)
     issued_ns = _timestamp_ns(body["issued"], "issued", cmd_id, name)

@@ -22,7 +22,7 @@ EVENT_TYPES = frozenset(
         "armed", "disarmed", "mode_changed", "takeoff", "landed", "failsafe",
         "statustext", "mission_item_reached", "mission_uploaded", "geofence_breach",
         "link_lost", "link_restored", "gps_fix_changed", "home_set", "cmd_result",
-        "shadow_converged", "shadow_failed", "gateway_started", "gateway_stopped",
+        "shadow_converged", "shadow_failed", "gateway_started", "gateway_stopped", "events_suppressed",
     }
 )
 

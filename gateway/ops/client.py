@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from gateway.contract import envelope
-from gateway.contract.commands import CmdResult, encode_command, validate_params
+from gateway.contract.commands import CmdResult, check_command_id, encode_command, validate_params
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import cmd_subject, event_filter
 
@@ -134,9 +134,10 @@ class CommandClient:
     ) -> str:
         """Queue a command; returns its id. `validate=False` sends params unchecked (tests of the gateway)."""
         params = dict(params or {})
+        cmd_id = cmd_id or new_command_id()
         if validate:
             validate_params(name, params)
-        cmd_id = cmd_id or new_command_id()
+            check_command_id(cmd_id)
         now = time.time_ns()
         deadline_ns = None if deadline_s is None else now + int(deadline_s * 1e9)
         payload = encode_command(cmd_id, params, issued_ns=now, deadline_ns=deadline_ns, issuer=self.issuer)

@@ -15,7 +15,7 @@ import sys
 import time
 
 from gateway.contract import natsconn
-from gateway.contract.commands import CATALOGUE, CommandInvalid, parse_cli_params
+from gateway.contract.commands import CATALOGUE, CommandInvalid, check_command_id, parse_cli_params
 from gateway.contract.errors import MavjetError
 from gateway.contract.natsconn import NatsUnavailable
 from gateway.contract.subjects import check_token
@@ -59,6 +59,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         check_token("vid", args.vid)
         params = parse_cli_params(args.name, args.param)
+        if args.cmd_id is not None:
+            check_command_id(args.cmd_id)
         deadline_s = None if args.deadline is None else parse_duration_s(args.deadline)
         timeout_s = parse_duration_s(args.timeout)
     except (CommandInvalid, ValueError, MavjetError) as exc:

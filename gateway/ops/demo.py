@@ -22,10 +22,12 @@ from pathlib import Path
 
 import nats
 
+from gateway.contract.errors import ConfigError
 from gateway.contract.units import parse_duration_s
 from gateway.ops.fleet import show
 from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.ops.runner import run_cli
 from gateway.ops.sortie import fly_sortie_forever
 
 ENV = "prod"
@@ -137,10 +139,12 @@ def _exited(name: str, proc: subprocess.Popen[bytes], log: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    return run_cli(build_parser(), run, argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if not 1 <= args.vehicles <= 200:
-        print("mavjet demo: --vehicles must be 1..200", file=sys.stderr)
-        return 2
+        raise ConfigError("--vehicles", "must be 1..200")
     via_commands = _use_commands(args.sortie)
     data = args.dir
     shutil.rmtree(data / "js", ignore_errors=True)

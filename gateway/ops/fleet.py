@@ -4,6 +4,11 @@ It is a pure JetStream client: state through an ordered consumer that starts
 with DeliverLastPerSubject (the fleet's current state) and then follows new
 samples, events through a second one. Rendering is a pure function of the
 collected records so it is tested without a terminal.
+
+A row is `stale` (never `up` or `ARMED`) when its newest vehicle sample is
+older than `--stale-after` or its gateway stopped publishing its liveness
+record (`gateway.ops.read.staleness`). `--once` prints the current table and
+exits.
 """
 
 from __future__ import annotations
@@ -22,7 +27,15 @@ from nats.js import api as jsapi
 from gateway.contract import natsconn
 from gateway.contract.subjects import event_filter, state_filter
 from gateway.contract.units import parse_duration_s
-from gateway.ops.read import Record, format_event, to_record
+from gateway.ops.read import (
+    STALE_AFTER_S,
+    Record,
+    current_state,
+    events_since,
+    format_event,
+    staleness,
+    to_record,
+)
 from gateway.ops.runner import run_cli
 
 
@@ -30,6 +43,7 @@ from gateway.ops.runner import run_cli
 class FleetView:
     state: dict[tuple[str, str], Record] = field(default_factory=dict)
     events: deque[Record] = field(default_factory=lambda: deque(maxlen=12))
+    stale_after_s: float = STALE_AFTER_S
 
     def on_state(self, r: Record) -> None:
         self.state[(r.vid, r.kind)] = r
@@ -47,20 +61,26 @@ class FleetView:
             pos = self.state.get((vid, "position"))
             bat = self.state.get((vid, "battery"))
             link = self.state.get((vid, "link"))
-            newest = max(r.time for (v, _), r in self.state.items() if v == vid)
+            fresh = staleness({ch: r for (v, ch), r in self.state.items() if v == vid}, now, self.stale_after_s)
             s = st.data if st else {}
             p = pos.data if pos else {}
             flags = " FAILSAFE" if s.get("failsafe") else ""
+            if fresh.stale:
+                # The last known values are history, not the vehicle's state.
+                armed, link_col = "stale", f"stale: {fresh.reason}"
+            else:
+                armed = "ARMED" if s.get("armed") else "disarmed" if s else "?"
+                link_col = str(link.data.get("state", "?")) if link else "?"
             rows.append([
                 vid,
                 str(s.get("mode") or "?") + flags,
-                "ARMED" if s.get("armed") else "disarmed" if s else "?",
+                armed,
                 f"{p['lat_deg']:.5f},{p['lon_deg']:.5f}" if p.get("lat_deg") is not None else "-",
                 f"{p['alt_m']:.1f}" if p.get("alt_m") is not None else "-",
                 f"{p.get('groundspeed_m_s', 0.0):.1f}" if p else "-",
                 f"{bat.data['remaining_pct']:.0f}%" if bat and bat.data.get("remaining_pct") is not None else "-",
-                str(link.data.get("state", "?")) if link else "?",
-                f"{(now - newest).total_seconds():.1f}s",
+                link_col,
+                "-" if fresh.age_s is None else f"{fresh.age_s:.1f}s",
             ])
         return rows
 
@@ -102,8 +122,21 @@ async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 
     return subs
 
 
-async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | None, clear: bool) -> FleetView:
-    view = FleetView()
+async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S) -> FleetView:
+    """The fleet's current state and last events, read once (bounded; no subscription left behind)."""
+    js = nc.jetstream()
+    view = FleetView(stale_after_s=stale_after_s)
+    for r in (await current_state(js, env)).values():
+        view.on_state(r)
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    for e in await events_since(js, env, since=since, last=view.events.maxlen):
+        view.on_event(e)
+    return view
+
+
+async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | None, clear: bool,
+               stale_after_s: float = STALE_AFTER_S) -> FleetView:
+    view = FleetView(stale_after_s=stale_after_s)
     subs = await follow(nc, env, view)
     loop = asyncio.get_running_loop()
     end = None if duration_s is None else loop.time() + duration_s
@@ -129,16 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", default="1s", help="redraw interval (default: %(default)s)")
     p.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
+    p.add_argument("--once", action="store_true", help="print the current table once and exit (scripts, tests)")
+    p.add_argument("--stale-after", default=f"{STALE_AFTER_S:g}s", type=parse_duration_s, metavar="DURATION",
+                   help="mark a vehicle stale when its newest sample is older than this (default: %(default)s)")
     natsconn.add_nats_arguments(p)
     return p
 
 
 async def run(args: argparse.Namespace) -> int:
+    stale_after_s: float = args.stale_after
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-fleet"))
     try:
+        if args.once:
+            view = await snapshot(nc, args.env, stale_after_s=stale_after_s)
+            now = dt.datetime.now(dt.UTC)
+            print(view.render(now, f"mavjet fleet — env {args.env} — {now:%H:%M:%S}Z"))
+            return 0
         await show(nc, args.env, refresh_s=parse_duration_s(args.refresh),
                    duration_s=parse_duration_s(args.duration) if args.duration else None,
-                   clear=not args.no_clear and sys.stdout.isatty())
+                   clear=not args.no_clear and sys.stdout.isatty(), stale_after_s=stale_after_s)
     finally:
         await nc.close()
     return 0

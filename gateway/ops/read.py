@@ -3,13 +3,16 @@
 Both use ordered consumers with a callback (3-5x faster than fetch/next_msg,
 which create a task per message) and stop when the consumer reports nothing
 pending, so a snapshot read is bounded and never waits for new data.
+
+`staleness()` is the one rule for "is this twin live" (docs/commands.md,
+Staleness): pure, from the stored records and the reader's clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +23,13 @@ from nats.js import api as jsapi
 
 from gateway.contract import envelope
 from gateway.contract.subjects import event_filter, parse_subject, state_filter
+
+# A twin whose newest vehicle sample is older than this is stale (`--stale-after`).
+STALE_AFTER_S = 5.0
+# The gateway is gone when its liveness record (the `link` channel, published
+# every period even for a silent vehicle) misses this many periods, and at
+# least STALE_AFTER_S.
+GATEWAY_MISSED_PERIODS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,59 @@ async def events_since(
     if last is not None:
         out = out[-last:]
     return out
+
+
+def age_s(t: dt.datetime, now: dt.datetime) -> float:
+    """Seconds from a record's time (the gateway's receive time) to the reader's `now`."""
+    return (now - t).total_seconds()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Staleness:
+    """Whether a twin is live, and why not.
+
+    `age_s`: of the newest vehicle sample (every channel but `link`, which the
+    gateway writes itself); `gateway_age_s`: of the gateway's liveness record
+    (`link`); `reason` is None when fresh, else `gateway gone`, `link lost`
+    (or another link state), `no data for N s`, `no data`, `no gateway record`
+    or `clock skew`.
+    """
+
+    stale: bool
+    age_s: float | None
+    gateway_age_s: float | None
+    reason: str | None
+
+
+def staleness(channels: Mapping[str, Record], now: dt.datetime, stale_after_s: float = STALE_AFTER_S) -> Staleness:
+    """The staleness of one vehicle from its newest record per channel (`channel -> Record`)."""
+    data = [r.time for ch, r in channels.items() if ch != "link"]
+    age = age_s(max(data), now) if data else None
+    link = channels.get("link")
+    gw_age = age_s(link.time, now) if link is not None else None
+    reason: str | None = None
+    if link is None:
+        reason = "no gateway record"
+    else:
+        period = link.data.get("period_s")
+        limit = stale_after_s
+        if isinstance(period, int | float) and not isinstance(period, bool):
+            limit = max(limit, GATEWAY_MISSED_PERIODS * float(period))
+        state = link.data.get("state")
+        if gw_age is not None and gw_age > limit:
+            reason = "gateway gone"
+        elif state != "up":
+            reason = f"link {state or 'unknown'}"
+    if reason is None:
+        if age is None:
+            reason = "no data"
+        elif age > stale_after_s:
+            reason = f"no data for {age:.0f} s"
+        elif age < -stale_after_s or (gw_age is not None and gw_age < -stale_after_s):
+            # A time far ahead of the reader cannot show liveness: it would
+            # look fresh until the reader's clock caught up.
+            reason = "clock skew"
+    return Staleness(stale=reason is not None, age_s=age, gateway_age_s=gw_age, reason=reason)
 
 
 def format_event(r: Record) -> str:

@@ -1,15 +1,30 @@
-"""`mavjet twin VID`: a vehicle's current state and its last events."""
+"""`mavjet twin VID`: a vehicle's current state and its last events.
+
+Every channel shows its age (the reader's clock minus the gateway's receive
+time) and the twin is marked stale by the one rule in
+`gateway.ops.read.staleness`; `--json` has top-level `stale`, `age_s` (of the
+newest vehicle sample), `stale_reason` and `gateway_age_s`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from typing import Any
 
 from gateway.contract import natsconn
 from gateway.contract.subjects import STATE_CHANNELS, check_token
-from gateway.ops.read import current_state, events_since, format_event
+from gateway.contract.units import parse_duration_s
+from gateway.ops.read import (
+    STALE_AFTER_S,
+    age_s,
+    current_state,
+    events_since,
+    format_event,
+    staleness,
+)
 from gateway.ops.runner import run_cli
 
 
@@ -18,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("vid", help="vehicle id, e.g. VID-001")
     p.add_argument("--events", type=int, default=10, help="how many recent events to show (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--stale-after", default=f"{STALE_AFTER_S:g}s", type=parse_duration_s, metavar="DURATION",
+                   help="mark the twin stale when its newest sample is older than this (default: %(default)s)")
     natsconn.add_nats_arguments(p)
     return p
 
@@ -34,25 +51,37 @@ async def run(args: argparse.Namespace) -> int:
     if not state and not events:
         print(f"mavjet twin: no twin data for {args.vid} in env {args.env!r}", file=sys.stderr)
         return 1
+    now = dt.datetime.now(dt.UTC)
+    fresh = staleness({ch: r for (_, ch), r in state.items()}, now, args.stale_after)
     if args.json:
         doc: dict[str, Any] = {
             "vid": args.vid,
-            "state": {ch: {"time": r.time.isoformat(), **r.data} for (_, ch), r in sorted(state.items())},
+            "stale": fresh.stale,
+            "age_s": _round(fresh.age_s),
+            "stale_reason": fresh.reason,
+            "gateway_age_s": _round(fresh.gateway_age_s),
+            "state": {ch: {"time": r.time.isoformat(), "age_s": _round(age_s(r.time, now)), **r.data}
+                      for (_, ch), r in sorted(state.items())},
             "events": [{"type": e.kind, "time": e.time.isoformat(), **e.data} for e in events],
         }
         print(json.dumps(doc, indent=2, default=str))
         return 0
-    print(f"{args.vid} ({args.env})")
+    age = "no samples" if fresh.age_s is None else f"newest sample {fresh.age_s:.1f} s old"
+    print(f"{args.vid} ({args.env})  " + (f"STALE: {fresh.reason} ({age})" if fresh.stale else f"live ({age})"))
     for ch in STATE_CHANNELS:
         r = state.get((args.vid, ch))
         if r is None:
             continue
         fields = ", ".join(f"{k}={_fmt(v)}" for k, v in r.data.items() if v is not None)
-        print(f"  {ch:<9} {r.time:%H:%M:%S.%f}"[:-3] + f"  {fields}")
+        print(f"  {ch:<9} {r.time:%H:%M:%S.%f}"[:-3] + f" {age_s(r.time, now):>7.1f}s ago  {fields}")
     print("last events:")
     for e in events:
         print("  " + format_event(e))
     return 0
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
 
 
 def _fmt(v: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
@@ -89,3 +90,27 @@ def test_disposition_wire_values() -> None:
 
 def test_command_names_are_the_catalogue_keys() -> None:
     assert [n.value for n in CommandName] == list(CATALOGUE)
+
+
+def test_takeoff_uses_the_one_airborne_rule() -> None:
+    """LANDING is airborne (drivers.mavlink.autopilot): a takeoff while landing is refused like one in the air."""
+    from drivers.mavlink.autopilot import AIRBORNE_LANDED_STATES
+    from drivers.mavlink.dialect import mavlink2
+    from gateway.commands.preconditions import takeoff_failure
+    from gateway.contract.commands import Command
+
+    @dataclass
+    class Live:
+        landed_state: int | None
+        armed: bool | None = True
+        mode: str | None = "GUIDED"
+        failsafe_active: bool = False
+        flavour: str = "ardupilot"
+        vehicle_class: str = "copter"
+        modes: None = None
+
+    takeoff = Command(cmd_id="c", name="takeoff", issued_ns=0, deadline_ns=None, params={"alt_m": 10.0})
+    assert mavlink2.MAV_LANDED_STATE_LANDING in AIRBORNE_LANDED_STATES
+    for state in AIRBORNE_LANDED_STATES:
+        assert takeoff_failure(takeoff, Live(landed_state=state)) == "takeoff refused: the vehicle is already in the air"
+    assert takeoff_failure(takeoff, Live(landed_state=mavlink2.MAV_LANDED_STATE_ON_GROUND)) is None

@@ -111,13 +111,21 @@ def test_gps_fix_home_and_geofence_events() -> None:
     assert feed(v, fence, fence) == ["geofence_breach"]
 
 
-def test_sample_time_maps_boot_clock_to_utc() -> None:
+def test_sample_time_is_the_gateway_receive_time_never_the_vehicle_clock() -> None:
+    # SYSTEM_TIME used to map the boot clock to UTC; a sped-up sim or a wrong
+    # GPS time then put samples in the future. The time is now the receive
+    # time, and the boot time is kept as its own field.
     v = TelemetryModel(vid="VID-001")
     unix_us = 1_700_000_000_000_000
     v.update(framed(m.MAVLink_system_time_message(unix_us, 10_000)), 5)
     v.update(pos(1.0, boot_ms=12_000), 6)
-    assert v.sample_ns["position"] == (unix_us * 1000) + 2_000 * 1_000_000
-    # Without SYSTEM_TIME the receive time is used.
+    assert v.sample_ns["position"] == 6
+    assert v.channels["position"]["time_boot_ms"] == 12_000
+    assert v.last_boot_ms == 10_000
+    att = framed(m.MAVLink_attitude_message(13_000, 0.1, 0.2, 0.3, 0.0, 0.0, 0.0))
+    v.update(att, 7)
+    assert v.sample_ns["attitude"] == 7 and v.channels["attitude"]["time_boot_ms"] == 13_000
+    # Without SYSTEM_TIME the receive time is used too.
     w = TelemetryModel(vid="VID-002")
     w.update(pos(1.0), 777)
     assert w.sample_ns["position"] == 777
