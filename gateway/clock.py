@@ -32,7 +32,3 @@ class GatewayClock:
 
     def now_ns(self) -> int:
         return self._anchor_ns + time.monotonic_ns()
-
-    def at(self, monotonic_s: float) -> int:
-        """The UTC time (ns) of an earlier `time.monotonic()` reading."""
-        return self._anchor_ns + int(monotonic_s * 1e9)

@@ -69,6 +69,7 @@ class CommandConfig:
     max_payload_bytes: int = 64 * 1024
     fetch_timeout_s: float = 5.0
     ledger_retention_s: float = 3600.0  # executed-id ledger; TWIN_CMD max_age (5m) bounds redelivery
+    default_deadline_s: float = 30.0  # a command without a `deadline` expires this long after `issued`; 0: never
 
     def __post_init__(self) -> None:
         if self.ack_wait_s <= self.in_progress_interval_s:
@@ -89,6 +90,8 @@ class CommandConfig:
             raise ConfigError("commands.retries", "must be <= 19 (20 transmissions)")
         if not 1024 <= self.max_payload_bytes <= 1024 * 1024:
             raise ConfigError("commands.max_payload_bytes", "must be in [1024, 1048576]")
+        if self.default_deadline_s < 0:
+            raise ConfigError("commands.default_deadline_s", "must be >= 0 (0 disables the default deadline)")
         if self.ledger_retention_s < 600:
             raise ConfigError("commands.ledger_retention_s", "must be >= 600 s (TWIN_CMD keeps commands 5 min)")
 

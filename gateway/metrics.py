@@ -62,7 +62,10 @@ class GatewayMetrics:
         self.nats_connected = Gauge("mavjet_nats_connected", "1 while connected to NATS", registry=r)
         self.nats_reconnects = Counter("mavjet_nats_reconnects", "NATS reconnections", registry=r)
         self.spool_depth = Gauge("mavjet_spool_depth", "Events waiting in the on-disk spool", registry=r)
-        self.spool_dropped = Counter("mavjet_spool_dropped", "Spooled events dropped at the bound", registry=r)
+        self.spool_dropped = Counter(
+            "mavjet_spool_dropped", "Spooled events dropped at the bound, by class (gateway.spool)", ["class"],
+            registry=r,
+        )
         self.events = Counter("mavjet_events", "Events detected", ["type"], registry=r)
         self.events_suppressed = Counter(
             "mavjet_events_suppressed", "Events held back by a vehicle's event budget (not published)", ["type"],

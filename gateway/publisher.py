@@ -12,6 +12,8 @@
   The in-memory hand-off to the spool writer is bounded: when the writer falls
   behind (a stalled disk) the queue is written to the spool from the loop
   itself, which blocks intake instead of losing events or growing memory.
+  Past the spool's bound what goes is chosen by the spool (`gateway.spool`:
+  informational events first, busiest vehicle first, a `cmd_result` last).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from gateway.config import GatewayConfig
 from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
-from gateway.spool import Spool
+from gateway.spool import DROP_ORDER, Drops, Spool
 
 log = structlog.get_logger("mavjet.nats")
 
@@ -68,6 +70,8 @@ class Publisher:
         self._m_state_error = metrics.publishes.labels(kind="state", result="error")
         self._m_state_dropped = metrics.publishes.labels(kind="state", result="dropped")
         self._m_state_latency = metrics.publish_latency.labels(kind="state")
+        # Every class is exported from the start (at 0), so an alert can use increase() on it.
+        self._m_spool_dropped = {cls.value: metrics.spool_dropped.labels(cls.value) for cls in DROP_ORDER}
         self._state_error_logged = -1e9
         self._state_headers = {"Content-Type": CONTENT_TYPE}
 
@@ -191,10 +195,10 @@ class Publisher:
         log.warning("event_queue_full_spilled", events=len(batch), bound=self.max_pending_events)
         self._spooled(self.spool.append_sync(batch))
 
-    def _spooled(self, dropped: int) -> None:
-        if dropped:
-            self.metrics.spool_dropped.inc(dropped)
-            log.error("spool_full_dropped_oldest", dropped=dropped, bound=self.spool.max_entries)
+    def _spooled(self, drops: Drops) -> None:
+        # Counted here per write; logged by the spool once per overflow episode.
+        for cls, n in drops.by_class.items():
+            self._m_spool_dropped[cls].inc(n)
         self.metrics.spool_depth.set(self.spool.depth)
         self._spool_ready.set()
 

@@ -3,18 +3,169 @@
 Every event goes through the spool before it is published, so ordering is one
 rule (oldest first) and an outage or a restart loses nothing: SQLite in WAL
 mode with synchronous=NORMAL survives process crashes. The file is opened and
-used on one worker thread (`gateway.sqlite`), never on the event loop. When the bound is reached the oldest
-entries are dropped, counted and logged: the bound protects the companion
-computer's disk, which matters more than a week-old statustext.
+used on one worker thread (`gateway.sqlite`), never on the event loop.
+
+The bound (`spool_max_events`) protects the companion computer's disk, which
+matters more than a week-old statustext, but not every event is a statustext.
+Past the bound the spool drops by worth, never by age alone:
+
+- informational events first, then safety events, and a `cmd_result` only
+  when the spool holds nothing else (the one result a command owes);
+- within a class, from the vehicle holding the most of that class first
+  (water-filling), so one flooding vehicle cannot push out the others' events;
+- within a vehicle, oldest first.
+
+Dropping never reorders what stays, so each vehicle's events still go out in
+the order they happened. An overflow is logged once when it starts and once
+when it ends (the spool drained below the bound), with counts per class and
+per vehicle; a dropped `cmd_result` is logged every time.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
+import structlog
+
+from gateway.contract.subjects import parse_subject
 from gateway.sqlite import SqliteWorker
+
+log = structlog.get_logger("mavjet.spool")
+
+
+class SpoolClass(StrEnum):
+    """What an event is worth when the spool is over its bound (the `class` label of the drop metric)."""
+
+    INFO = "info"
+    SAFETY = "safety"
+    CMD_RESULT = "cmd_result"
+
+
+# The one table of priorities, by event type; every other type is INFO.
+# link_restored and geofence_breach sit with the safety events they answer or
+# belong with: an audit trail holding a `link_lost` without its `link_restored`
+# shows a vehicle lost for good.
+EVENT_CLASS: Mapping[str, SpoolClass] = MappingProxyType({
+    "cmd_result": SpoolClass.CMD_RESULT,
+    "failsafe": SpoolClass.SAFETY,
+    "link_lost": SpoolClass.SAFETY,
+    "link_restored": SpoolClass.SAFETY,
+    "armed": SpoolClass.SAFETY,
+    "disarmed": SpoolClass.SAFETY,
+    "geofence_breach": SpoolClass.SAFETY,
+    "events_suppressed": SpoolClass.SAFETY,
+})
+
+# Over the bound, classes give up their events in this order.
+DROP_ORDER = (SpoolClass.INFO, SpoolClass.SAFETY, SpoolClass.CMD_RESULT)
+
+Key = tuple[SpoolClass, str]  # (class, vid)
+
+
+@lru_cache(maxsize=4096)
+def classify(subject: str) -> Key:
+    """(class, vid) of `fleet.<env>.veh.<vid>.evt.<type>`; anything else is an informational event of vid ''.
+
+    Cached: a fleet has a few subjects per vehicle and event type.
+    """
+    try:
+        _env, vid, kind, name = parse_subject(subject)
+    except ValueError:
+        return SpoolClass.INFO, ""
+    return (EVENT_CLASS.get(name, SpoolClass.INFO) if kind == "evt" else SpoolClass.INFO), vid
+
+
+def fair_take(counts: Mapping[str, int], n: int) -> dict[str, int]:
+    """How many to take from each vehicle so that `n` go in all, the fullest first (water-filling).
+
+    Every vehicle above a level is cut down to it, and what is still missing is
+    taken one each from the vehicles at that level, the busiest (then by vid)
+    first. A vehicle below the others' level loses nothing while they have more.
+    """
+    if n <= 0:
+        return {}
+    if n >= sum(counts.values()):
+        return {k: c for k, c in counts.items() if c > 0}
+
+    def above(level: int) -> int:
+        return sum(c - level for c in counts.values() if c > level)
+
+    lo, hi = 0, max(counts.values())  # above(hi) == 0 <= n < above(0)
+    while lo < hi:  # the lowest level that takes at most n
+        mid = (lo + hi) // 2
+        if above(mid) <= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    take = {k: c - lo for k, c in counts.items() if c > lo}
+    rest = n - sum(take.values())  # < the number of vehicles holding >= lo, since above(lo - 1) > n
+    for k in sorted((k for k, c in counts.items() if c >= lo), key=lambda k: (-counts[k], k))[:rest]:
+        take[k] = take.get(k, 0) + 1
+    return take
+
+
+def plan_drops(counts: Mapping[Key, int], excess: int) -> dict[Key, int]:
+    """How many of each (class, vehicle)'s oldest entries to drop so that `excess` go: by class, then fairly."""
+    plan: dict[Key, int] = {}
+    for cls in DROP_ORDER:
+        if excess <= 0:
+            break
+        take = fair_take({vid: n for (c, vid), n in counts.items() if c is cls}, excess)
+        plan.update(((cls, vid), n) for vid, n in take.items())
+        excess -= sum(take.values())
+    return plan
+
+
+@dataclass(frozen=True, slots=True)
+class Drops:
+    """What one append dropped, by (class, vid)."""
+
+    by_key: Mapping[Key, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_key.values())
+
+    @property
+    def by_class(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for (cls, _vid), n in self.by_key.items():
+            out[cls.value] += n
+        return dict(out)
+
+    @property
+    def by_vehicle(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for (_cls, vid), n in self.by_key.items():
+            out[vid] += n
+        return dict(out)
+
+    def __bool__(self) -> bool:
+        return self.total > 0
+
+
+NO_DROPS = Drops()
+
+
+@dataclass(slots=True)
+class OverflowEpisode:
+    """From the first drop until the spool drains below its bound."""
+
+    started_mono: float
+    by_class: Counter[str] = field(default_factory=Counter)
+    by_vehicle: Counter[str] = field(default_factory=Counter)
+
+    def add(self, drops: Drops) -> None:
+        self.by_class.update(drops.by_class)
+        self.by_vehicle.update(drops.by_vehicle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +181,13 @@ class Spool:
         self.path = path
         self.max_entries = max_entries
         self.dropped = 0
+        self.dropped_by_class: Counter[str] = Counter()
         self.depth = 0  # known once the worker has opened the file (`open()` or the first call)
+        self.episode: OverflowEpisode | None = None
+        self.episodes = 0
+        # Entries held per (class, vid), kept on the worker thread so a drop
+        # needs no scan of the table.
+        self._counts: Counter[Key] = Counter()
         self._db = SqliteWorker(path, name="spool", setup=self._setup)
 
     def _setup(self, db: sqlite3.Connection) -> None:
@@ -38,35 +195,98 @@ class Spool:
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute(
             "CREATE TABLE IF NOT EXISTS spool (id INTEGER PRIMARY KEY AUTOINCREMENT, subject TEXT NOT NULL, "
-            "msg_id TEXT NOT NULL, payload BLOB NOT NULL)"
+            "msg_id TEXT NOT NULL, payload BLOB NOT NULL, cls TEXT NOT NULL DEFAULT 'info', "
+            "vid TEXT NOT NULL DEFAULT '')"
         )
-        self.depth = int(db.execute("SELECT COUNT(*) FROM spool").fetchone()[0])
+        if "cls" not in {str(r[1]) for r in db.execute("PRAGMA table_info(spool)")}:
+            # A spool left by a version without priorities: classify what it holds.
+            db.create_function("mavjet_cls", 1, lambda s: classify(str(s))[0].value, deterministic=True)
+            db.create_function("mavjet_vid", 1, lambda s: classify(str(s))[1], deterministic=True)
+            db.execute("BEGIN")
+            db.execute("ALTER TABLE spool ADD COLUMN cls TEXT NOT NULL DEFAULT 'info'")
+            db.execute("ALTER TABLE spool ADD COLUMN vid TEXT NOT NULL DEFAULT ''")
+            db.execute("UPDATE spool SET cls = mavjet_cls(subject), vid = mavjet_vid(subject)")
+            db.execute("COMMIT")
+        # Ordered by id within (cls, vid) (the rowid is the index's last column): a vehicle's oldest first.
+        db.execute("CREATE INDEX IF NOT EXISTS spool_by_class ON spool (cls, vid)")
+        self._counts.clear()
+        for cls, vid, n in db.execute("SELECT cls, vid, COUNT(*) FROM spool GROUP BY cls, vid"):
+            self._counts[SpoolClass(cls), str(vid)] = int(n)
+        self.depth = sum(self._counts.values())
 
     # -- on the worker thread ------------------------------------------------
-    def _append(self, db: sqlite3.Connection, entries: list[tuple[str, str, bytes]]) -> int:
+    def _append(self, db: sqlite3.Connection, entries: list[tuple[str, str, bytes]]) -> Drops:
+        added: Counter[Key] = Counter()
+        rows = []
+        for subject, msg_id, payload in entries:
+            key = classify(subject)
+            added[key] += 1
+            rows.append((subject, msg_id, payload, key[0].value, key[1]))
+        excess = self.depth + len(rows) - self.max_entries
+        drops = Drops(plan_drops(self._counts + added, excess)) if excess > 0 else NO_DROPS
         db.execute("BEGIN")
-        db.executemany("INSERT INTO spool (subject, msg_id, payload) VALUES (?, ?, ?)", entries)
-        self.depth += len(entries)
-        dropped = 0
-        if self.depth > self.max_entries:
-            dropped = self.depth - self.max_entries
-            db.execute("DELETE FROM spool WHERE id IN (SELECT id FROM spool ORDER BY id LIMIT ?)", (dropped,))
-            self.depth -= dropped
-            self.dropped += dropped
-        db.execute("COMMIT")
-        return dropped
+        try:
+            db.executemany("INSERT INTO spool (subject, msg_id, payload, cls, vid) VALUES (?, ?, ?, ?, ?)", rows)
+            for (cls, vid), n in drops.by_key.items():
+                db.execute(
+                    "DELETE FROM spool WHERE id IN (SELECT id FROM spool WHERE cls = ? AND vid = ? ORDER BY id LIMIT ?)",
+                    (cls.value, vid, n),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._counts.update(added)
+        self.depth += len(rows)
+        if drops:
+            self._dropped(drops)
+        return drops
+
+    def _dropped(self, drops: Drops) -> None:
+        for key, n in drops.by_key.items():
+            self._counts[key] -= n
+        self.depth -= drops.total
+        self.dropped += drops.total
+        self.dropped_by_class.update(drops.by_class)
+        if self.episode is None:
+            self.episode = OverflowEpisode(time.monotonic())
+            self.episodes += 1
+            log.error("spool_overflow", bound=self.max_entries, dropped_by_class=drops.by_class,
+                      dropped_by_vehicle=drops.by_vehicle,
+                      hint="NATS unreachable for long; informational events go first, busiest vehicle first")
+        self.episode.add(drops)
+        results = {vid: n for (cls, vid), n in drops.by_key.items() if cls is SpoolClass.CMD_RESULT}
+        if results:  # the spool holds nothing but command results: each loss is an owed result lost
+            log.error("spool_dropped_cmd_results", dropped=sum(results.values()), by_vehicle=results,
+                      bound=self.max_entries)
+
+    def _end_episode(self, why: str) -> None:
+        ep = self.episode
+        if ep is None:
+            return
+        self.episode = None
+        log.warning("spool_overflow_ended", why=why, duration_s=round(time.monotonic() - ep.started_mono, 1),
+                    dropped=sum(ep.by_class.values()), dropped_by_class=dict(ep.by_class),
+                    dropped_by_vehicle=dict(ep.by_vehicle), depth=self.depth, bound=self.max_entries)
 
     def _peek(self, db: sqlite3.Connection, limit: int) -> list[SpoolEntry]:
         rows = db.execute("SELECT id, subject, msg_id, payload FROM spool ORDER BY id LIMIT ?", (limit,)).fetchall()
         return [SpoolEntry(int(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in rows]
 
     def _remove_upto(self, db: sqlite3.Connection, rowid: int) -> None:
-        cur = db.execute("DELETE FROM spool WHERE id <= ?", (rowid,))
-        self.depth = max(0, self.depth - cur.rowcount)
+        # Only this thread writes, so the counts read here are what the delete removes.
+        gone = db.execute("SELECT cls, vid, COUNT(*) FROM spool WHERE id <= ? GROUP BY cls, vid", (rowid,)).fetchall()
+        db.execute("DELETE FROM spool WHERE id <= ?", (rowid,))
+        for cls, vid, n in gone:
+            self._counts[SpoolClass(cls), str(vid)] -= int(n)
+        self.depth = max(0, self.depth - sum(int(r[2]) for r in gone))
+        if self.depth < self.max_entries:
+            self._end_episode("drained below the bound")
 
     # -- blocking (tests, tools) -------------------------------------------------
-    def append_sync(self, entries: list[tuple[str, str, bytes]]) -> int:
-        """Append (subject, msg_id, payload) rows; returns how many old rows were dropped."""
+    def append_sync(self, entries: list[tuple[str, str, bytes]]) -> Drops:
+        """Append (subject, msg_id, payload) rows; returns what was dropped to stay within the bound."""
         return self._db.call(self._append, entries)
 
     def peek_sync(self, limit: int) -> list[SpoolEntry]:
@@ -80,7 +300,7 @@ class Spool:
         """Open the file and count what an earlier run left (on the worker thread)."""
         await self._db.open()
 
-    async def append(self, entries: list[tuple[str, str, bytes]]) -> int:
+    async def append(self, entries: list[tuple[str, str, bytes]]) -> Drops:
         return await self._db.run(self._append, entries)
 
     async def peek(self, limit: int) -> list[SpoolEntry]:
@@ -90,4 +310,6 @@ class Spool:
         await self._db.run(self._remove_upto, rowid)
 
     def close(self) -> None:
+        if self.episode is not None:  # still over the bound: the summary is due now
+            self._db.call(lambda _db: self._end_episode("closed while over the bound"))
         self._db.close()

@@ -992,12 +992,19 @@ class VehicleModel:
         return z
 
     def _auto(self, dt: float) -> None:
+        # ArduPilot keeps one "item reached" slot that its telemetry sends later: a
+        # navigation item followed at once by DO_ items is reported as the last DO_
+        # item's seq only (MISSION_ITEM_REACHED coalescing, seen on a real ArduCopter).
         items = self._mission()
+        reached: int | None = None
         for _ in range(len(items)):  # DO_ items complete instantly; bounded by the list
             if self.mission_state != R.MISSION_STATE_ACTIVE or not 0 < self.mission_seq < len(items):
                 self.vn = self.ve = self.vd = 0.0
-                return
+                break
             item = items[self.mission_seq]
+            is_nav = item.command < _NAV_CMDS_MAX
+            if is_nav and reached is not None:
+                break  # one navigation item per step
             if not self.item_started:
                 self.item_started = True
                 self.item_hold_until = None
@@ -1005,12 +1012,15 @@ class VehicleModel:
                     self._rtl_start()
             done = self._run_item(item, dt)
             if not done:
-                return
-            if item.command < _NAV_CMDS_MAX:
-                self._reached(item.seq)
+                break
+            if is_nav:
+                self._text(R.MAV_SEVERITY_INFO, f"Reached command #{item.seq}")
+                reached = item.seq
+            elif reached is not None and self.flavour.name == "ardupilot":
+                reached = item.seq
             self._advance(len(items))
-            if item.command < _NAV_CMDS_MAX:
-                return  # one navigation item per step
+        if reached is not None:
+            self._reached(reached)
 
     def _run_item(self, item: MissionItem, dt: float) -> bool:
         cmd = item.command
@@ -1063,7 +1073,6 @@ class VehicleModel:
         self.reached.append(seq)
         del self.reached[:-1000]
         self._send(R.MAVLink_mission_item_reached_message(seq))
-        self._text(R.MAV_SEVERITY_INFO, f"Reached command #{seq}")
 
     def _advance(self, count: int) -> None:
         self.item_started = False

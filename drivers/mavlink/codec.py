@@ -24,7 +24,7 @@ GATEWAY_SYSTEM_ID = 245
 class CodecStats:
     messages_in: int = 0
     crc_errors: int = 0
-    bad_data: int = 0  # bytes skipped as garbage
+    bad_data: int = 0  # stretches of bytes that were not a valid frame (not bytes; see FramerStats)
     unknown: int = 0  # frame starts with a message id this dialect does not know
     seq_gaps: int = 0  # frames missing, summed over every peer
     by_type: dict[str, int] = field(default_factory=dict)
@@ -56,8 +56,9 @@ class MavCodec:
         try:
             parsed = framer.feed(data)
         except Exception:  # never let a parser bug out of the codec: drop the buffer, count it
-            framer.stats.bad_data += len(data)
             framer.reset()
+            framer.stats.bad_data += 1
+            framer.stats.bad_bytes += len(data)
             parsed = []
         fs = framer.stats
         stats.crc_errors, stats.unknown, stats.bad_data = fs.crc_errors, fs.unknown, fs.bad_data
@@ -80,6 +81,10 @@ class MavCodec:
             by_type[mtype] = by_type.get(mtype, 0) + 1
         stats.messages_in += len(parsed)
         return parsed
+
+    def resync(self) -> None:
+        """Call on every (re)connect: the stream starts mid-frame, so nothing is counted until a valid frame."""
+        self._framer.resync()
 
     def encode(self, msg: MavMessage) -> bytes:
         """Frame one message with this codec's system/component ids and sequence."""

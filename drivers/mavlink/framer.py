@@ -122,7 +122,11 @@ _TABLE = _build_table()
 class FramerStats:
     crc_errors: int = 0
     unknown: int = 0
-    bad_data: int = 0  # bytes skipped looking for a frame start
+    # Stretches of bytes that were not a valid frame (one per stretch, however long: a
+    # health counter counts broken frames, not bytes). Bytes before the first valid frame
+    # after `resync()` (a connect starts mid-frame, SITL prints a console banner) are not counted.
+    bad_data: int = 0
+    bad_bytes: int = 0  # the bytes of those stretches, for diagnosis
 
 
 class Framer:
@@ -132,6 +136,22 @@ class Framer:
         self._mav = mav  # pymavlink MAVLink object, for decode() of non-flat messages
         self._buf = b""
         self.stats = FramerStats()
+        self._synced = True  # False until the first valid frame after resync()
+        self._in_junk = False  # inside a stretch already counted in bad_data
+
+    def _junk(self, nbytes: int) -> None:
+        if not self._synced:
+            return
+        self.stats.bad_bytes += nbytes
+        if not self._in_junk:
+            self._in_junk = True
+            self.stats.bad_data += 1
+
+    def resync(self) -> None:
+        """A new connection: drop any partial frame, uncounted, and count nothing until the first valid frame."""
+        self._buf = b""
+        self._synced = False
+        self._in_junk = False
 
     def feed(self, data: bytes) -> list[Any]:
         buf = self._buf + data if self._buf else data
@@ -155,14 +175,17 @@ class Framer:
                 if info is None:
                     # Unknown id: cannot check the CRC, so do not trust the length either.
                     stats.unknown += 1
+                    self._junk(1)
                     i += 1
                     continue
                 body_end = i + 10 + mlen
                 crc = buf[body_end] | (buf[body_end + 1] << 8)
                 if _crc(bytes((info.crc_extra,)), _crc(buf[i + 1 : body_end])) != crc:
                     stats.crc_errors += 1
+                    self._junk(1)
                     i += 1
                     continue
+                self._synced, self._in_junk = True, False
                 light = info.light
                 if light is not None:
                     payload = buf[i + 10 : body_end]
@@ -184,14 +207,17 @@ class Framer:
                 info = table.get(buf[i + 5])
                 if info is None:
                     stats.unknown += 1
+                    self._junk(1)
                     i += 1
                     continue
                 body_end = end - 2
                 crc = buf[body_end] | (buf[body_end + 1] << 8)
                 if _crc(bytes((info.crc_extra,)), _crc(buf[i + 1 : body_end])) != crc:
                     stats.crc_errors += 1
+                    self._junk(1)
                     i += 1
                     continue
+                self._synced, self._in_junk = True, False
                 self._slow(buf[i:end], out)
                 i = end
             else:
@@ -199,17 +225,18 @@ class Framer:
                 j1 = buf.find(b"\xfd", i)
                 j2 = buf.find(b"\xfe", i)
                 j = min(x for x in (j1, j2, n) if x >= 0)
-                stats.bad_data += j - i
+                self._junk(j - i)
                 i = j
         self._buf = buf[i:] if i < n else b""
         if len(self._buf) > 300:  # cannot be one frame: drop the junk
-            stats.bad_data += len(self._buf)
+            self._junk(len(self._buf))
             self._buf = b""
         return out
 
     def reset(self) -> None:
-        """Drop a buffered partial frame (counted as skipped bytes); the counters carry on."""
-        self.stats.bad_data += len(self._buf)
+        """Drop a buffered partial frame (counted as one bad stretch); the counters carry on."""
+        if self._buf:
+            self._junk(len(self._buf))
         self._buf = b""
 
     def _slow(self, frame: bytes, out: list[Any]) -> None:
@@ -217,6 +244,6 @@ class Framer:
         try:
             msg = self._mav.decode(bytearray(frame))
         except Exception:
-            self.stats.bad_data += len(frame)
+            self._junk(len(frame))
             return
         out.append(msg)

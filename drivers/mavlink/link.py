@@ -245,6 +245,7 @@ class MavlinkLink:
                 await anyio.sleep(delay)
                 continue
             self._transport = transport
+            self.codec.resync()  # a connect starts mid-stream: its first partial frame is not link damage
             self.stats.connects += 1
             self._interval_supported = None
             self._last_seen_mono.clear()

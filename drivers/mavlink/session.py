@@ -69,7 +69,7 @@ class LinkHealth:
     endpoint: str
     messages_in: int
     crc_errors: int
-    bad_data: int  # bytes skipped as garbage plus frames of unknown message ids
+    bad_data: int  # stretches of bytes that were not a valid frame (unknown message ids included); not bytes
     seq_gaps: int
     connects: int
     heartbeat_age_s: float | None  # None: no autopilot HEARTBEAT heard yet
@@ -277,7 +277,7 @@ class VehicleSession:
             endpoint=str(link.endpoint),
             messages_in=st.messages_in,
             crc_errors=st.crc_errors,
-            bad_data=st.bad_data + st.unknown,
+            bad_data=st.bad_data,  # the framer counts an unknown id's frame as one bad stretch
             seq_gaps=st.seq_gaps,
             connects=link.stats.connects,
             heartbeat_age_s=time.monotonic() - hb if hb else None,

@@ -35,7 +35,7 @@ from drivers.mavlink.backoff import Backoff
 from gateway.commands.executor import CommandExecutor
 from gateway.commands.ledger import Ledger
 from gateway.config import CommandConfig, GatewayConfig
-from gateway.contract.subjects import CMD_STREAM, cmd_filter
+from gateway.contract.subjects import CMD_STREAM, cmd_filter, command_consumer
 from gateway.services import ServiceContext, VehicleHandle
 
 log = structlog.get_logger("mavjet.commands")
@@ -45,7 +45,7 @@ PRUNE_INTERVAL_S = 600.0
 
 
 def durable_name(vid: str) -> str:
-    return f"gw_{vid}"
+    return command_consumer(vid)
 
 
 def consumer_config(env: str, vid: str, cfg: CommandConfig) -> ConsumerConfig:

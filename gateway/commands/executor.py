@@ -1,19 +1,26 @@
 """One command message, from delivery to ack/nak/term and its single `cmd_result`.
 
-The lifecycle, in this order (docs/commands.md):
+The lifecycle, in this order (docs/commands.md). A command is `(vid, cmd_id)`:
 
 1. oversize, bad msgpack, unknown name, bad params → `term`, `invalid`;
-2. id already in the ledger → `ack`, nothing sent to the vehicle (its result
-   is re-spooled only if a crash lost it, with the same msg id);
-3. past its deadline → `term`, `expired`;
-4. link down or vehicle state unknown → `nak(delay)` (redelivered later);
-5. preconditions against the live model → `term`, `rejected` with the reason;
-6. run its action (COMMAND_LONG/INT, parameter or mission protocol) while
-   `in_progress` acks keep the message; ACCEPTED → ledger, result, `ack_sync`;
-   TEMPORARILY_REJECTED or the link dropped → `nak(delay)` without a result;
-   DENIED/UNSUPPORTED → `term`, `rejected`; FAILED → `term`, `failed`;
-   no ACK → `term`, `timeout`. At MaxDeliver a retry becomes final
-   (`failed` or `timeout`) so the command still ends in one result.
+2. a final outcome in the ledger → `ack`, nothing sent to the vehicle (its
+   result is re-spooled only if a crash lost it, with the same msg id);
+3. an in-flight row in the ledger (a gateway stopped mid-command) → the
+   command's `recovery` rule: confirmed from the vehicle's state
+   (`accepted`), run again where that is harmless, else `unknown`; never
+   re-sent blindly;
+4. past its deadline (its own, else `issued` + `default_deadline_s`) →
+   `term`, `expired`;
+5. link down or vehicle state unknown → `nak(delay)` (redelivered later);
+6. preconditions against the live model → `term`, `rejected` with the reason;
+7. deadline checked again, the in-flight row committed (fsync, group
+   commit), then the action runs (COMMAND_LONG/INT, parameter or mission
+   protocol) while `in_progress` acks keep the message; ACCEPTED → ledger,
+   result, `ack_sync`; TEMPORARILY_REJECTED or the link dropped → in-flight
+   row cleared, `nak(delay)` without a result; DENIED/UNSUPPORTED → `term`,
+   `rejected`; FAILED → `term`, `failed`; no ACK → `term`, `timeout`. At
+   MaxDeliver a retry becomes final (`failed` or `timeout`) so the command
+   still ends in one result.
 
 What each command checks and does is in `spec.COMMANDS`; this module has no
 per-command branches.
@@ -27,15 +34,17 @@ one result per command.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
+from typing import TypeVar
 
 import anyio
 import structlog
 from nats.aio.msg import Msg
 
 from gateway.commands.actions import ActionContext, Outcome, run_action
-from gateway.commands.ledger import Ledger, LedgerEntry
+from gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
+from gateway.commands.recovery import CONFIRMED_DETAIL, Verdict
 from gateway.commands.spec import CommandDef, decode
 from gateway.config import CommandConfig
 from gateway.contract import envelope
@@ -44,8 +53,10 @@ from gateway.contract.commands import (
     CmdResult,
     Command,
     CommandInvalid,
+    effective_deadline_ns,
     result_data,
 )
+from gateway.contract.errors import LinkError
 from gateway.contract.subjects import event_subject
 from gateway.metrics import GatewayMetrics
 from gateway.services import NatsAccess, VehicleHandle
@@ -53,8 +64,7 @@ from gateway.telemetry import Event
 
 log = structlog.get_logger("mavjet.commands")
 
-# Results after which the vehicle may have acted: their ledger entry must survive power loss.
-_REACHED_VEHICLE = frozenset({CmdResult.ACCEPTED, CmdResult.FAILED, CmdResult.TIMEOUT})
+T = TypeVar("T")
 
 
 class Disposition(StrEnum):
@@ -100,6 +110,7 @@ class CommandExecutor:
         self.result_subject = event_subject(env, vehicle.vid, "cmd_result")
         self.handled = 0
         self.duplicates = 0
+        self.recovered = 0  # deliveries that found the command in flight (a gateway stopped mid-command)
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: Msg) -> Disposition:
@@ -109,7 +120,8 @@ class CommandExecutor:
         md = msg.metadata
         delivered = int(md.num_delivered or 1)
         headers = msg.headers or {}
-        fallback_id = headers.get("Nats-Msg-Id") or f"{self.vid}:seq:{md.sequence.stream if md.sequence else 0}"
+        fallback_id = (_id_from_msg_id(headers.get("Nats-Msg-Id"), self.vid)
+                       or f"{self.vid}:seq:{md.sequence.stream if md.sequence else 0}")
         try:
             cmd, defn = decode(name, msg.data, self.vehicle.telemetry.modes,
                                max_payload_bytes=self.cfg.max_payload_bytes, fallback_id=fallback_id)
@@ -118,18 +130,38 @@ class CommandExecutor:
                 log.error("command_decode_bug", vehicle=self.vid, cmd_id=exc.cmd_id, reason=exc.reason,
                           exc_info=exc.__cause__)
             cmd_id = exc.cmd_id or fallback_id
-            if await self._already_done(msg, cmd_id):
+            prior = await self.ledger.lookup(self.vid, cmd_id)
+            if prior is not None and not prior.in_flight:
+                await self._already_done(msg, prior)
                 return Disposition.DUPLICATE
             await self._final(msg, Outcome(result=CmdResult.INVALID, detail=exc.reason), cmd_id=cmd_id, name=name,
                               issued_ns=None, delivered=delivered)
             return Disposition.TERM
 
-        if await self._already_done(msg, cmd.cmd_id):
+        prior = await self.ledger.lookup(self.vid, cmd.cmd_id)
+        if prior is not None and not prior.in_flight:
+            await self._already_done(msg, prior)
             return Disposition.DUPLICATE
-        if cmd.expired(time.time_ns()):
-            late_ms = (time.time_ns() - (cmd.deadline_ns or 0)) / 1e6
-            out = Outcome(result=CmdResult.EXPIRED, detail=f"deadline passed {late_ms:.0f} ms before execution")
-            await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
+        deadline_ns = effective_deadline_ns(cmd, self.cfg.default_deadline_s)
+        if prior is not None:  # in flight when a gateway stopped: never re-sent blindly
+            return await self._recover(msg, cmd, defn, prior, deadline_ns=deadline_ns, delivered=delivered)
+        return await self._execute(msg, cmd, defn, deadline_ns, delivered)
+
+    def _expired(self, msg: Msg, cmd: Command, deadline_ns: int | None, delivered: int,
+                 why: str = "before execution") -> Awaitable[None] | None:
+        """The `expired` ending if the deadline has passed (awaitable), else None."""
+        now_ns = time.time_ns()
+        if deadline_ns is None or now_ns <= deadline_ns:
+            return None
+        late_ms = (now_ns - deadline_ns) / 1e6
+        out = Outcome(result=CmdResult.EXPIRED, detail=f"deadline passed {late_ms:.0f} ms {why}")
+        return self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
+
+    async def _execute(self, msg: Msg, cmd: Command, defn: CommandDef, deadline_ns: int | None,
+                       delivered: int) -> Disposition:
+        expired = self._expired(msg, cmd, deadline_ns, delivered)
+        if expired is not None:
+            await expired
             return Disposition.TERM
 
         model = self.vehicle.telemetry
@@ -146,8 +178,25 @@ class CommandExecutor:
                 await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns,
                                   delivered=delivered)
                 return Disposition.TERM
-            out = await self._run_keeping_alive(msg, cmd, defn)
+            # Right before the first transmission: the precondition may have waited for a HEARTBEAT.
+            expired = self._expired(msg, cmd, deadline_ns, delivered, "before the first transmission")
+            if expired is not None:
+                await expired
+                return Disposition.TERM
+            # The in-flight row, durable before anything is sent: a crash from here on is recovered, not re-sent.
+            started_ns = time.time_ns()
+            if not await self.ledger.record(in_flight_entry(self.vid, cmd.cmd_id, cmd.name, started_ns)):
+                stored = await self.ledger.lookup(self.vid, cmd.cmd_id)  # another delivery finished it first
+                if stored is not None:
+                    await self._already_done(msg, stored)
+                    return Disposition.DUPLICATE
+            out = await self._keeping_alive(msg, lambda ctx: run_action(defn.action, cmd, ctx))
+            if out.retry:
+                # Not finished, and this process knows it: the redelivery runs it as usual.
+                await self.ledger.clear_in_flight(self.vid, cmd.cmd_id)
+        return await self._settle(msg, cmd, out, delivered)
 
+    async def _settle(self, msg: Msg, cmd: Command, out: Outcome, delivered: int) -> Disposition:
         if out.retry:
             if delivered < self.cfg.max_deliver:
                 log.info("command_retry_later", vehicle=self.vid, cmd_id=cmd.cmd_id, name=cmd.name,
@@ -158,22 +207,60 @@ class CommandExecutor:
         await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
         return Disposition.ACK if out.result is CmdResult.ACCEPTED else Disposition.TERM
 
+    # -- a command in flight at a crash ------------------------------------
+    async def _recover(self, msg: Msg, cmd: Command, defn: CommandDef, prior: LedgerEntry, *,
+                       deadline_ns: int | None, delivered: int) -> Disposition:
+        """Settle a command that may have reached the vehicle (its rule: `defn.recovery`)."""
+        rule = defn.recovery
+        self.recovered += 1
+        age_s = (time.time_ns() - prior.at_ns) / 1e9
+        log.warning("command_in_flight_at_restart", vehicle=self.vid, cmd_id=cmd.cmd_id, name=cmd.name,
+                    attempt_age_s=round(age_s, 1), rule=rule.rule, delivered=delivered)
+        not_resent = f"in flight when its gateway stopped ({age_s:.1f} s ago); not re-sent"
+        session = self.vehicle.session
+        verdict: Verdict | None = None
+        why = ""
+        if session.is_up and self.vehicle.telemetry.armed is not None:
+            await session.wait_heartbeat()  # judge on the vehicle's state now, not a model from before
+            try:
+                verdict = await self._keeping_alive(msg, lambda ctx: rule.observe(cmd, ctx))
+            except LinkError:
+                verdict = None
+            except Exception as exc:  # a failed read (timeout, refused, missing plan) leaves the state unknown
+                verdict, why = Verdict.UNKNOWN, f": reading the vehicle failed ({type(exc).__name__}: {exc})"
+        if verdict is None:  # the vehicle cannot be read now: later, while time is left
+            past = deadline_ns is not None and time.time_ns() > deadline_ns
+            if not past and delivered < self.cfg.max_deliver:
+                await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
+                return Disposition.NAK
+            out = Outcome(result=CmdResult.UNKNOWN, detail=f"{not_resent}: the vehicle could not be read")
+        elif verdict is Verdict.DONE:
+            out = Outcome(result=CmdResult.ACCEPTED, detail=CONFIRMED_DETAIL)
+        elif verdict is Verdict.NOT_DONE and rule.resend:
+            expired = self._expired(msg, cmd, deadline_ns, delivered, "; the vehicle shows it did not take effect")
+            if expired is not None:
+                await expired
+                return Disposition.TERM
+            log.info("command_resent_after_restart", vehicle=self.vid, cmd_id=cmd.cmd_id, name=cmd.name)
+            return await self._execute(msg, cmd, defn, deadline_ns, delivered)
+        else:
+            out = Outcome(result=CmdResult.UNKNOWN, detail=f"{not_resent}: {rule.rule}{why}")
+        await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
+        return Disposition.ACK if out.result is CmdResult.ACCEPTED else Disposition.TERM
+
     # -- the ledger --------------------------------------------------------
-    async def _already_done(self, msg: Msg, cmd_id: str) -> bool:
-        entry = await self.ledger.lookup(cmd_id)
-        if entry is None:
-            return False
+    async def _already_done(self, msg: Msg, entry: LedgerEntry) -> None:
         self.duplicates += 1
-        log.info("command_duplicate", vehicle=self.vid, cmd_id=cmd_id, result=entry.result, spooled=entry.spooled)
+        log.info("command_duplicate", vehicle=self.vid, cmd_id=entry.cmd_id, result=entry.result,
+                 spooled=entry.spooled)
         if not entry.spooled:  # the crash came between ledger and spool: the one result is still owed
             await self._spool(entry)
         await _quietly(msg.ack_sync(timeout=self.cfg.fetch_timeout_s))
-        return True
 
     async def _spool(self, entry: LedgerEntry) -> None:
         self.nats.enqueue_event(entry.subject, entry.msg_id, entry.payload)
         await self.nats.flush_pending_to_spool()
-        self.ledger.mark_spooled(entry.cmd_id)
+        self.ledger.mark_spooled(entry.vid, entry.cmd_id)
 
     async def _final(self, msg: Msg, out: Outcome, *, cmd_id: str, name: str, issued_ns: int | None,
                      delivered: int) -> None:
@@ -191,9 +278,11 @@ class CommandExecutor:
             cmd_id=cmd_id, vid=self.vid, name=name, result=out.result.value, subject=self.result_subject, msg_id=msg_id,
             payload=envelope.pack(self.vid, now_ns, data), spooled=False, at_ns=now_ns,
         )  # fmt: skip
-        if not await self.ledger.record(entry, durable=out.result in _REACHED_VEHICLE):
-            stored = await self.ledger.lookup(cmd_id)  # another delivery finished it first
-            if stored is not None:
+        # No fsync: a command that may have reached the vehicle has its in-flight row on disk already,
+        # and a lost final row only makes its redelivery recover from that row.
+        if not await self.ledger.record(entry, durable=False):
+            stored = await self.ledger.lookup(self.vid, cmd_id)  # another delivery finished it first
+            if stored is not None and not stored.in_flight:
                 entry = stored
         if not entry.spooled:
             await self._spool(entry)
@@ -210,8 +299,9 @@ class CommandExecutor:
             await _quietly(msg.term())
 
     # -- execution ---------------------------------------------------------
-    async def _run_keeping_alive(self, msg: Msg, cmd: Command, defn: CommandDef) -> Outcome:
-        result: Outcome | None = None
+    async def _keeping_alive(self, msg: Msg, work: Callable[[ActionContext], Awaitable[T]]) -> T:
+        """Run `work` (an action or a recovery read) while `in_progress` acks keep the message."""
+        result: list[T] = []
 
         async def keepalive() -> None:
             while True:
@@ -222,11 +312,18 @@ class CommandExecutor:
         async with anyio.create_task_group() as tg:
             tg.start_soon(keepalive, name=f"vehicle[{self.vid}].commands.in_progress")
             try:
-                result = await run_action(defn.action, cmd, ctx)
+                result.append(await work(ctx))
             finally:
                 tg.cancel_scope.cancel()
-        assert result is not None
-        return result
+        return result[0]
+
+
+def _id_from_msg_id(msg_id: str | None, vid: str) -> str | None:
+    """The command id in a command's Nats-Msg-Id (`<vid>:<id>`; a bare id from an older client as is)."""
+    if not msg_id:
+        return None
+    prefix = f"{vid}:"
+    return msg_id[len(prefix):] or None if msg_id.startswith(prefix) else msg_id
 
 
 async def _quietly(aw: Awaitable[object]) -> None:

@@ -1,23 +1,32 @@
-"""The executed-id ledger: what makes command execution effectively once.
+"""The command ledger: what makes command execution effectively once.
 
-JetStream delivers a command at least once: a gateway that dies between the
-vehicle's ACCEPTED and the ack gets the command again after AckWait (itself,
-after a restart, or another gateway). The ledger closes that gap: the final
-outcome of a command is written here (SQLite WAL, with an fsync when the
-vehicle may have acted on it) *before* the message is acked, and every
-delivery is checked against it before anything is sent to the vehicle. A redelivered command that is in the
-ledger is acked and not executed again.
+A command's identity is `(vid, cmd_id)`: the same id sent to two vehicles is
+two commands. JetStream delivers a command at least once: a gateway that dies
+while a command runs gets it again (itself after a restart, or another
+gateway). The ledger closes that gap in two steps:
 
-The ledger also keeps the command's `cmd_result` event (subject, msg id,
-payload) and whether it already reached the durable event spool, so a crash
-between the ledger write and the spool write still ends in exactly one
-`cmd_result`: the redelivery re-spools the same event with the same
-deterministic Nats-Msg-Id, and the stream's duplicate window drops a second
-copy if the first one did get out.
+- **in flight**: before the first transmission to the vehicle, the row
+  `(vid, cmd_id, "in_flight", attempt started)` is committed with an fsync.
+  A redelivery that finds it knows the vehicle may have acted, and never
+  re-sends blindly (`spec.CommandDef.recovery` decides what to do);
+- **final**: the outcome and its `cmd_result` event (subject, msg id,
+  payload), written before the message is acked or terminated. A redelivery
+  that finds it is acked and not executed again.
 
-Writes are group-committed: outcomes that arrive while a commit (and its
-fsync) is under way go into the next transaction together, so an edge hub's
-vehicles share fsyncs instead of queueing for one each. Every id is also
+Only one fsync per command: the in-flight row carries the power-loss
+guarantee, so the final row of a command that had one is committed without
+an fsync (it survives a crash; after a power loss the redelivery finds the
+in-flight row and recovers from it). Final rows of commands that never had
+one (invalid, rejected, expired) need no fsync either.
+
+The ledger also records whether a final result reached the durable event
+spool, so a crash between the ledger write and the spool write still ends in
+exactly one `cmd_result`: the redelivery re-spools the same event with the
+same deterministic Nats-Msg-Id, and the stream drops a second copy.
+
+Writes are group-committed: rows that arrive while a commit (and its fsync)
+is under way go into the next transaction together, so an edge hub's
+vehicles share fsyncs instead of queueing for one each. Every key is also
 kept in memory, so the common lookup (a new command) costs no SQLite call;
 one gateway process owns a state dir.
 
@@ -41,8 +50,22 @@ import anyio
 from gateway.sqlite import SqliteWorker
 
 MAX_INDEXED = 200_000
+IN_FLIGHT = "in_flight"  # the `result` of a row written before the first transmission
 
 _COLUMNS = "cmd_id, vid, name, result, subject, msg_id, payload, spooled, at_ns"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS ledger (cmd_id TEXT NOT NULL, vid TEXT NOT NULL, name TEXT NOT NULL, "
+    "result TEXT NOT NULL, subject TEXT NOT NULL, msg_id TEXT NOT NULL, payload BLOB NOT NULL, "
+    "spooled INTEGER NOT NULL DEFAULT 0, at_ns INTEGER NOT NULL, PRIMARY KEY (vid, cmd_id))"
+)
+# A new row, or one replacing an in-flight row; a final row is never replaced (the first outcome wins).
+_UPSERT = (
+    f"INSERT INTO ledger ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (vid, cmd_id) DO UPDATE SET "
+    "name = excluded.name, result = excluded.result, subject = excluded.subject, msg_id = excluded.msg_id, "
+    f"payload = excluded.payload, spooled = excluded.spooled, at_ns = excluded.at_ns WHERE result = '{IN_FLIGHT}'"
+)
+
+Key = tuple[str, str]  # (vid, cmd_id): a command's identity
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,11 +78,25 @@ class LedgerEntry:
     msg_id: str
     payload: bytes
     spooled: bool
-    at_ns: int
+    at_ns: int  # when the outcome was written; for an in-flight row, when the attempt started
+
+    @property
+    def key(self) -> Key:
+        return (self.vid, self.cmd_id)
+
+    @property
+    def in_flight(self) -> bool:
+        return self.result == IN_FLIGHT
+
+
+def in_flight_entry(vid: str, cmd_id: str, name: str, at_ns: int) -> LedgerEntry:
+    """The row written before a command's first transmission."""
+    return LedgerEntry(cmd_id=cmd_id, vid=vid, name=name, result=IN_FLIGHT, subject="", msg_id="", payload=b"",
+                       spooled=False, at_ns=at_ns)
 
 
 class Ledger:
-    """Final outcomes of commands by id, in one SQLite file shared by the gateway's vehicles.
+    """Commands by `(vid, cmd_id)` (in flight or final), in one SQLite file shared by the gateway's vehicles.
 
     Constructing it touches no file; `open()` (or the first call) opens it
     on the worker thread.
@@ -70,29 +107,32 @@ class Ledger:
         self.retention_s = retention_s
         self._worker = SqliteWorker(path, name="ledger", setup=self._setup)
         self._marks_lock = threading.Lock()  # `_marks` is added to on the loop, drained on the worker
-        self._marks: set[str] = set()  # spooled flags not yet written (applied with the next commit)
+        self._marks: set[Key] = set()  # spooled flags not yet written (applied with the next commit)
         self._pending: list[tuple[LedgerEntry, bool, asyncio.Future[bool]]] = []
         self._writing = False
         # Every id in the ledger, in memory: the common case (a new command) is answered without SQLite.
         # Sound because one gateway process owns a state dir; None until opened, or above MAX_INDEXED
         # (then every lookup queries).
-        self._ids: set[str] | None = None
+        self._ids: set[Key] | None = None
 
     # -- on the worker thread ----------------------------------------------
     def _setup(self, db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # an entry must survive power loss, not just a crash
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS ledger (cmd_id TEXT PRIMARY KEY, vid TEXT NOT NULL, name TEXT NOT NULL, "
-            "result TEXT NOT NULL, subject TEXT NOT NULL, msg_id TEXT NOT NULL, payload BLOB NOT NULL, "
-            "spooled INTEGER NOT NULL DEFAULT 0, at_ns INTEGER NOT NULL)"
-        )
+        pk = {str(r[1]): int(r[5]) for r in db.execute("PRAGMA table_info(ledger)").fetchall()}
+        if pk and not pk.get("vid"):  # a ledger keyed on the id alone (before ids were per vehicle): re-key it
+            db.execute("ALTER TABLE ledger RENAME TO ledger_by_id")
+            db.execute("DROP INDEX IF EXISTS ledger_at")
+            db.execute(_SCHEMA)
+            db.execute(f"INSERT OR IGNORE INTO ledger ({_COLUMNS}) SELECT {_COLUMNS} FROM ledger_by_id")
+            db.execute("DROP TABLE ledger_by_id")
+        db.execute(_SCHEMA)
         db.execute("CREATE INDEX IF NOT EXISTS ledger_at ON ledger (at_ns)")
         self._prune(db, time.time_ns())
-        rows = db.execute("SELECT cmd_id FROM ledger LIMIT ?", (MAX_INDEXED + 1,)).fetchall()
-        self._ids = {str(r[0]) for r in rows} if len(rows) <= MAX_INDEXED else None
+        rows = db.execute("SELECT vid, cmd_id FROM ledger LIMIT ?", (MAX_INDEXED + 1,)).fetchall()
+        self._ids = {(str(r[0]), str(r[1])) for r in rows} if len(rows) <= MAX_INDEXED else None
 
-    def _take_marks(self) -> set[str]:
+    def _take_marks(self) -> set[Key]:
         with self._marks_lock:
             marks, self._marks = self._marks, set()
         return marks
@@ -101,11 +141,11 @@ class Ledger:
         marks = self._take_marks()
         if marks:
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executemany("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", [(m,) for m in marks])
+            db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
 
-    def _lookup(self, db: sqlite3.Connection, cmd_id: str) -> LedgerEntry | None:
+    def _lookup(self, db: sqlite3.Connection, key: Key) -> LedgerEntry | None:
         self._flush_marks(db)  # a lookup must see every mark made so far
-        row = db.execute(f"SELECT {_COLUMNS} FROM ledger WHERE cmd_id = ?", (cmd_id,)).fetchone()
+        row = db.execute(f"SELECT {_COLUMNS} FROM ledger WHERE vid = ? AND cmd_id = ?", key).fetchone()
         if row is None:
             return None
         return LedgerEntry(
@@ -114,13 +154,13 @@ class Ledger:
         )  # fmt: skip
 
     def write_batch(self, db: sqlite3.Connection, batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
-        """Write outcomes in one transaction (group commit); one fsync if any entry is `durable`.
+        """Write rows in one transaction (group commit); one fsync if any entry is `durable`.
 
-        The first write for an id wins; the result says which entries this
-        call wrote. `durable` commits with an fsync (synchronous=FULL, ~4 ms
-        on these disks): an executed command must survive power loss, because
-        its redelivery would execute it again. Outcomes that did not reach
-        the vehicle (invalid, rejected...) only need to survive a crash.
+        The first final row for a key wins (it replaces an in-flight row);
+        the result says which entries this call wrote. `durable` commits with
+        an fsync (synchronous=FULL, ~4 ms on these disks): an in-flight row
+        must survive power loss, because without it a redelivery would send
+        the command again.
         """
         durable = any(d for _, d in batch)
         out: list[bool] = []
@@ -128,10 +168,10 @@ class Ledger:
         db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         db.execute("BEGIN")
         try:
-            db.executemany("UPDATE ledger SET spooled = 1 WHERE cmd_id = ?", [(m,) for m in marks])
+            db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
             for entry, _ in batch:
                 cur = db.execute(
-                    f"INSERT OR IGNORE INTO ledger ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _UPSERT,
                     (entry.cmd_id, entry.vid, entry.name, entry.result, entry.subject, entry.msg_id,
                      entry.payload, int(entry.spooled), entry.at_ns),
                 )  # fmt: skip
@@ -143,7 +183,7 @@ class Ledger:
                 self._marks |= marks
             raise
         if self._ids is not None:
-            self._ids.update(e.cmd_id for e, _ in batch)
+            self._ids.update(e.key for e, _ in batch)
         return out
 
     def _prune(self, db: sqlite3.Connection, now_ns: int) -> int:
@@ -151,8 +191,8 @@ class Ledger:
         db.execute("PRAGMA synchronous=NORMAL")
         ids = self._ids
         if ids is not None:
-            gone = db.execute("SELECT cmd_id FROM ledger WHERE at_ns < ?", (cutoff,)).fetchall()
-            ids.difference_update(str(r[0]) for r in gone)
+            gone = db.execute("SELECT vid, cmd_id FROM ledger WHERE at_ns < ?", (cutoff,)).fetchall()
+            ids.difference_update((str(r[0]), str(r[1])) for r in gone)
         return int(db.execute("DELETE FROM ledger WHERE at_ns < ?", (cutoff,)).rowcount)
 
     @staticmethod
@@ -164,14 +204,15 @@ class Ledger:
         """Open the file, create the table, prune and index the ids, all on the worker thread."""
         await self._worker.open()
 
-    async def lookup(self, cmd_id: str) -> LedgerEntry | None:
+    async def lookup(self, vid: str, cmd_id: str) -> LedgerEntry | None:
+        key = (vid, cmd_id)
         ids = self._ids
-        if ids is not None and cmd_id not in ids:
+        if ids is not None and key not in ids:
             return None
-        return await self._worker.run(self._lookup, cmd_id)
+        return await self._worker.run(self._lookup, key)
 
     async def record(self, entry: LedgerEntry, *, durable: bool = True) -> bool:
-        """Write an outcome; the first write for an id wins. True if this call wrote it.
+        """Write a row; the first final row for a key wins. True if this call wrote it.
 
         Concurrent calls (many vehicles) share one transaction and one fsync.
         """
@@ -196,14 +237,28 @@ class Ledger:
                 self._writing = False
         return await fut
 
-    def mark_spooled(self, cmd_id: str) -> None:
-        """Note that `cmd_id`'s result is in the durable spool; written with the next commit (or at close).
+    async def clear_in_flight(self, vid: str, cmd_id: str) -> None:
+        """Forget an in-flight row: the attempt ended without an outcome (nak'd, retried later).
+
+        Not fsynced: if a power loss brings the row back, the redelivery only
+        takes the careful path (`recovery`) instead of sending again.
+        """
+        await self._worker.run(self._clear_in_flight, (vid, cmd_id))
+
+    def _clear_in_flight(self, db: sqlite3.Connection, key: Key) -> None:
+        db.execute("PRAGMA synchronous=NORMAL")
+        cur = db.execute(f"DELETE FROM ledger WHERE vid = ? AND cmd_id = ? AND result = '{IN_FLIGHT}'", key)
+        if cur.rowcount and self._ids is not None:
+            self._ids.discard(key)
+
+    def mark_spooled(self, vid: str, cmd_id: str) -> None:
+        """Note that the command's result is in the durable spool; written with the next commit (or at close).
 
         Losing a mark (a crash first) only means a redelivery re-spools the
         result, which the stream de-duplicates by its msg id.
         """
         with self._marks_lock:
-            self._marks.add(cmd_id)
+            self._marks.add((vid, cmd_id))
 
     async def prune(self) -> int:
         return await self._worker.run(self._prune, time.time_ns())

@@ -35,6 +35,20 @@ from gateway.commands.preconditions import (
     takeoff_failure,
     to_recovery_mode,
 )
+from gateway.commands.recovery import (
+    UNOBSERVABLE,
+    Recovery,
+    airborne,
+    armed_is,
+    at_target,
+    mission_empty,
+    mission_matches_plan,
+    mode_contains,
+    mode_contains_or_unknown,
+    mode_is_requested,
+    no_effect,
+    param_has_value,
+)
 from gateway.contract.commands import (
     CATALOGUE,
     Command,
@@ -69,11 +83,15 @@ class CommandDef:
     - `check`: validation against the vehicle's tables that makes the
       command `invalid` (not `rejected`): a mode the vehicle does not have;
     - `precondition`: why it must not be sent now (→ `rejected`), or None;
-    - `action`: what it does to the vehicle.
+    - `action`: what it does to the vehicle;
+    - `recovery`: what a redelivery does when the command was in flight at
+      a gateway crash (confirm from the vehicle's state, re-send, or end
+      `unknown`; `gateway.commands.recovery`).
     """
 
     wire: CommandSpec
     action: Action
+    recovery: Recovery = UNOBSERVABLE
     precondition: Precondition = no_precondition
     flight_state: bool = False
     failsafe_exempt: Callable[[Command, LiveState], bool] = _never
@@ -99,35 +117,35 @@ _W = CATALOGUE
 
 _DEFS = (
     CommandDef(
-        wire=_W[_N.ARM], flight_state=True,
+        wire=_W[_N.ARM], recovery=Recovery(observe=armed_is(True), resend=True, rule="armed: confirmed; disarmed: sent again"), flight_state=True,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, params=(1.0,))),
     ),
     CommandDef(
-        wire=_W[_N.DISARM],
+        wire=_W[_N.DISARM], recovery=Recovery(observe=armed_is(False), resend=True, rule="disarmed: confirmed; armed: sent again"),
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM,
             params=autopilot.arm_params(False, force=bool(c.params.get("force"))),
         )),
     ),
     CommandDef(
-        wire=_W[_N.TAKEOFF], flight_state=True, precondition=takeoff_failure,
+        wire=_W[_N.TAKEOFF], recovery=Recovery(observe=airborne, resend=False, rule="airborne: confirmed; on the ground: `unknown` (it may be spooling up), not re-sent"), flight_state=True, precondition=takeoff_failure,
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_NAV_TAKEOFF, params=(0.0, 0.0, 0.0, math.nan, math.nan, math.nan, c.params["alt_m"])
         )),
     ),
     CommandDef(
-        wire=_W[_N.LAND],
+        wire=_W[_N.LAND], recovery=Recovery(observe=mode_contains("LAND"), resend=True, rule="in a LAND mode: confirmed; otherwise sent again (landing twice is harmless)"),
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_NAV_LAND,
                                            params=(0.0, 0.0, 0.0, math.nan, 0.0, 0.0, 0.0))),
     ),
-    CommandDef(wire=_W[_N.RTL], action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_NAV_RETURN_TO_LAUNCH))),
+    CommandDef(wire=_W[_N.RTL], recovery=Recovery(observe=mode_contains("RTL"), resend=True, rule="in an RTL mode: confirmed; otherwise sent again (harmless)"), action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_NAV_RETURN_TO_LAUNCH))),
     CommandDef(
-        wire=_W[_N.SET_MODE], flight_state=True, failsafe_exempt=to_recovery_mode, check=_mode_known,
+        wire=_W[_N.SET_MODE], recovery=Recovery(observe=mode_is_requested, resend=True, rule="in the requested mode: confirmed; otherwise sent again"), flight_state=True, failsafe_exempt=to_recovery_mode, check=_mode_known,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_DO_SET_MODE,
                                            params=set_mode_params(str(c.params["mode"]), m))),
     ),
     CommandDef(
-        wire=_W[_N.GOTO], flight_state=True, precondition=goto_failure,
+        wire=_W[_N.GOTO], recovery=Recovery(observe=at_target, resend=False, rule="within 5 m (3 m vertically) of the target: confirmed; otherwise `unknown` (it may be on its way), not re-sent"), flight_state=True, precondition=goto_failure,
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_DO_REPOSITION,
             # speed default, change to GUIDED, no radius, keep yaw; x/y/z: the target
@@ -137,12 +155,12 @@ _DEFS = (
             frame=mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT,
         )),
     ),
-    CommandDef(wire=_W[_N.PARAM_SET], action=param_set),
-    CommandDef(wire=_W[_N.PARAM_GET], action=param_get),
-    CommandDef(wire=_W[_N.MISSION_UPLOAD], action=mission_upload),
-    CommandDef(wire=_W[_N.MISSION_CLEAR], action=mission_clear),
+    CommandDef(wire=_W[_N.PARAM_SET], recovery=Recovery(observe=param_has_value, resend=True, rule="the parameter is read: at the value, confirmed; otherwise set again"), action=param_set),
+    CommandDef(wire=_W[_N.PARAM_GET], recovery=Recovery(observe=no_effect, resend=True, rule="a read: read again"), action=param_get),
+    CommandDef(wire=_W[_N.MISSION_UPLOAD], recovery=Recovery(observe=mission_matches_plan, resend=True, rule="the lists are downloaded: digests match the plan, confirmed; otherwise uploaded again (an upload replaces the whole list)"), action=mission_upload),
+    CommandDef(wire=_W[_N.MISSION_CLEAR], recovery=Recovery(observe=mission_empty, resend=True, rule="the mission is downloaded: empty, confirmed; otherwise cleared again"), action=mission_clear),
     CommandDef(
-        wire=_W[_N.MISSION_START], flight_state=True,
+        wire=_W[_N.MISSION_START], recovery=Recovery(observe=mode_contains_or_unknown("AUTO"), resend=False, rule="in AUTO: confirmed; otherwise `unknown` (starting again restarts the mission), not re-sent"), flight_state=True,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_MISSION_START, params=(0.0, 0.0))),
     ),
     CommandDef(

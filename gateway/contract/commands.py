@@ -78,6 +78,7 @@ class CmdResult(StrEnum):
     EXPIRED = "expired"
     INVALID = "invalid"
     TIMEOUT = "timeout"
+    UNKNOWN = "unknown"  # in flight when its gateway stopped and the vehicle's state cannot tell: not re-sent
 
 
 RESULTS = tuple(r.value for r in CmdResult)
@@ -287,6 +288,20 @@ class Command:
         return self.deadline_ns is not None and now_ns > self.deadline_ns
 
 
+def command_msg_id(vid: str, cmd_id: str) -> str:
+    """The Nats-Msg-Id of a command message: a command's identity is (vid, cmd_id), so is its de-duplication."""
+    return f"{vid}:{cmd_id}"
+
+
+def effective_deadline_ns(cmd: Command, default_deadline_s: float) -> int | None:
+    """The command's deadline: its own, else `issued` + the default (0: none)."""
+    if cmd.deadline_ns is not None:
+        return cmd.deadline_ns
+    if default_deadline_s <= 0:
+        return None
+    return cmd.issued_ns + int(default_deadline_s * 1e9)
+
+
 def check_command_id(cmd_id: str) -> str:
     """`cmd_id` if a gateway will accept it as a command id, else CommandInvalid."""
     if not isinstance(cmd_id, str) or not COMMAND_ID.fullmatch(cmd_id):
@@ -298,7 +313,7 @@ def check_command_id(cmd_id: str) -> str:
 def encode_command(
     cmd_id: str, params: Mapping[str, Any], *, issued_ns: int, deadline_ns: int | None = None, issuer: str = ""
 ) -> bytes:
-    """The body of a command message (the publisher also sets Nats-Msg-Id = cmd_id)."""
+    """The body of a command message (the publisher also sets Nats-Msg-Id = `command_msg_id(vid, cmd_id)`)."""
     body: dict[str, Any] = {
         "id": cmd_id,
         "issued": msgpack.Timestamp.from_unix_nano(issued_ns),

@@ -67,6 +67,11 @@ def event_filter(env: str, vid: str = "*", event_type: str = ">") -> str:
     return f"fleet.{env}.veh.{vid}.evt.{event_type}"
 
 
+def command_consumer(vid: str) -> str:
+    """The durable TWIN_CMD consumer of the gateway serving `vid` (its existence says a gateway registered it)."""
+    return f"gw_{vid}"
+
+
 def cmd_filter(env: str, vid: str = "*") -> str:
     return f"fleet.{env}.veh.{vid}.cmd.>"
 

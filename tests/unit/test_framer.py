@@ -77,7 +77,8 @@ def test_corruption_and_garbage_are_counted_and_skipped() -> None:
     got = fr.feed(bytes(bad) + junk + b"".join(good[1:]))
     assert len(got) == len(good) - 1
     # Bytes inside the broken frame can look like frame starts: at least one CRC error.
-    assert fr.stats.crc_errors >= 1 and fr.stats.bad_data >= 400
+    # One broken stretch (the bad frame and the junk after it), counted once, not per byte.
+    assert fr.stats.crc_errors >= 1 and fr.stats.bad_data == 1 and fr.stats.bad_bytes >= 400
 
 
 def test_reset_drops_a_partial_frame_and_keeps_the_counters() -> None:
@@ -85,9 +86,9 @@ def test_reset_drops_a_partial_frame_and_keeps_the_counters() -> None:
     frame = enc.encode(m.MAVLink_attitude_message(1, 0.5, 0, 0, 0, 0, 0))
     fr = Framer(m.MAVLink(None, 245, 191))
     assert fr.feed(b"junk" + frame[:10]) == []
-    assert fr.stats.bad_data == 4
+    assert (fr.stats.bad_data, fr.stats.bad_bytes) == (1, 4)  # counted in stretches, not bytes
     fr.reset()
-    assert fr.stats.bad_data == 14  # the 10 buffered bytes are counted as skipped
+    assert (fr.stats.bad_data, fr.stats.bad_bytes) == (1, 14)  # the 10 buffered bytes join the same stretch
     assert [x._type for x in fr.feed(frame)] == ["ATTITUDE"]  # nothing of the old partial frame left
 
 
@@ -97,7 +98,7 @@ def test_codec_survives_a_parser_failure_without_losing_counts(monkeypatch: Any)
     frames = [enc.encode(x) for x in _mix(2)]
     codec = MavCodec()
     assert len(codec.feed(b"\x00" * 7 + frames[0])) == 1
-    assert codec.stats.bad_data == 7
+    assert codec.stats.bad_data == 1  # one stretch of 7 bytes
     framer = codec._framer
     real_feed = framer.feed
 
@@ -107,6 +108,20 @@ def test_codec_survives_a_parser_failure_without_losing_counts(monkeypatch: Any)
 
     monkeypatch.setattr(framer, "feed", broken)
     assert codec.feed(frames[1]) == []
-    assert codec.stats.bad_data == 7 + len(frames[1])
+    assert codec.stats.bad_data == 2
     assert [x._type for x in codec.feed(b"".join(frames[2:]))] == [x._type for x in _mix(2)[2:]]
-    assert codec.stats.bad_data == 7 + len(frames[1]) and codec.stats.messages_in == 1 + len(frames) - 2
+    assert codec.stats.bad_data == 2 and codec.stats.messages_in == 1 + len(frames) - 2
+
+
+def test_resync_counts_nothing_for_the_partial_frame_at_connect() -> None:
+    """A TCP connect starts mid-frame (and SITL prints a console banner): not link damage."""
+    enc = MavCodec(src_system=1, src_component=1)
+    frames = [enc.encode(x) for x in _mix(3)]
+    codec = MavCodec()
+    codec.resync()
+    banner = b"Init ArduCopter V4.7.0-dev\nFree RAM: 524288\n" * 4  # 164-odd bytes, as SITL sends
+    got = codec.feed(frames[0][5:] + banner + b"".join(frames[1:]))
+    assert len(got) == len(frames) - 1 and codec.stats.bad_data == 0
+    # once synced, a stretch of garbage counts once, however long
+    codec.feed(b"\x00" * 50 + frames[0] + b"\x01" * 3)
+    assert codec.stats.bad_data == 2

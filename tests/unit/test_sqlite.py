@@ -62,7 +62,7 @@ async def test_cancelled_caller_waits_for_its_statement(tmp_path: Path) -> None:
 async def test_spool_keeps_order_and_counts_what_a_previous_run_left(tmp_path: Path) -> None:
     path = tmp_path / "spool.sqlite"
     spool = Spool(path, max_entries=100)
-    assert await spool.append([("s", "a", b"1"), ("s", "b", b"2")]) == 0
+    assert (await spool.append([("s", "a", b"1"), ("s", "b", b"2")])).total == 0
     spool.close()
     again = Spool(path, max_entries=100)
     await again.open()

@@ -82,6 +82,6 @@ def test_gateway_clock_is_monotonic_anchored() -> None:
     a = c.now_ns()
     b = c.now_ns()
     assert 1_000_000_000_000 <= a <= b < 1_000_000_000_000 + 10**9
-    # Anchored once: its distance to the wall clock does not follow later wall-clock steps.
+    # Anchored to the wall clock when made (a later wall-clock step does not move it).
     real = GatewayClock()
     assert abs(real.now_ns() - time.time_ns()) < 50_000_000
