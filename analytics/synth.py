@@ -79,7 +79,7 @@ class AuditConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class SynthEvent:
     time_ns: int
     vid: str
     type: str
@@ -173,7 +173,7 @@ class _Vehicle:
         self.alt_m = 0.0
         self.battery_pct = 100.0
         self.t_ns = cfg.start_ns + day * DAY_NS
-        self.events: list[Event] = []
+        self.events: list[SynthEvent] = []
         self.cmd_n = 0
         self.day = day
 
@@ -198,7 +198,7 @@ class _Vehicle:
         if extra:
             data.update(extra)
         msg_id = f"{self.vid}:{etype}:{self.t_ns}" + (f":{disc}" if disc else "")
-        self.events.append(Event(self.t_ns, self.vid, etype, data, msg_id))
+        self.events.append(SynthEvent(self.t_ns, self.vid, etype, data, msg_id))
         self.truth.events += 1
         self.truth.by_type[etype] += 1
 
@@ -348,7 +348,7 @@ class _Vehicle:
                     FailsafeTruth(vid=self.vid, time_ns=failsafe_ns, failsafe_type=failsafes[0], landed_ns=landed_ns)
                 )
 
-    def day_events(self) -> list[Event]:
+    def day_events(self) -> list[SynthEvent]:
         rng = self.rng
         fpd = self.cfg.flights_per_day
         n = int(fpd) + (1 if rng.random() < fpd - int(fpd) else 0)
@@ -374,10 +374,10 @@ def _weighted(rng: random.Random, table: tuple[tuple[str, int], ...]) -> str:
     return table[-1][0]
 
 
-def generate(cfg: AuditConfig, truth: Truth) -> Iterator[list[Event]]:
+def generate(cfg: AuditConfig, truth: Truth) -> Iterator[list[SynthEvent]]:
     """Yield one day of the fleet's history at a time, time-ordered across vehicles."""
     for day in range(cfg.days):
-        events: list[Event] = []
+        events: list[SynthEvent] = []
         for i in range(1, cfg.vehicles + 1):
             events.extend(_Vehicle(cfg, i, day, truth).day_events())
         events.sort(key=lambda e: (e.time_ns, e.vid))

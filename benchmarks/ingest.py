@@ -129,8 +129,8 @@ async def run_ingest(
         await gw.ready.wait()
         tune_gc()  # as the daemon's process entry does
         await anyio.sleep(args.warmup)
-        links = [t.link for t in gw.twins.values()]
-        m0 = sum(lk.codec.stats.messages_in for lk in links)
+        sessions = [t.session for t in gw.twins.values()]
+        m0 = sum(s.health().messages_in for s in sessions)
         p0 = gw.publisher.state_published
         gw.publisher.latencies_ns.clear()
         cpu0, t0 = time.process_time(), time.monotonic()
@@ -139,7 +139,7 @@ async def run_ingest(
         wall = time.monotonic() - t0
         cpu = time.process_time() - cpu0
         simcpu = _proc_cpu_s(sim.pid) - simcpu0
-        msgs = sum(lk.codec.stats.messages_in for lk in links) - m0
+        msgs = sum(s.health().messages_in for s in sessions) - m0
         pubs = gw.publisher.state_published - p0
         lat = list(gw.publisher.latencies_ns)
         expected = n * sum(cfg.rates_hz.values()) * wall
@@ -155,7 +155,7 @@ async def run_ingest(
             "gateway_cpu_us_per_mavlink_msg": round(cpu / max(1, msgs) * 1e6, 2),
             "sim_cpu_pct": round(100 * simcpu / wall, 1),
             "gateway_rss_mib": round(_rss_mib(), 1),
-            "links_up": sum(1 for lk in links if lk.is_up),
+            "links_up": sum(1 for s in sessions if s.is_up),
             "state_dropped": gw.publisher.state_dropped,
         })
         gw.request_stop("bench done")

@@ -191,7 +191,7 @@ def with_services(gw: Gateway, *, commands: bool = True, shadow: bool = True) ->
     if shadow:
         from gateway.shadow.service import ShadowService
 
-        gw.services.append(ShadowService(gw.cfg.shadow, protocols=gw.cfg.protocols))
+        gw.services.append(ShadowService(gw.cfg.shadow))
     return gw
 
 

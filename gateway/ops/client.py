@@ -28,9 +28,22 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from gateway.contract import envelope
-from gateway.contract.commands import CmdResult, check_command_id, command_msg_id, encode_command, validate_params
+from gateway.contract.commands import (
+    CmdResult,
+    check_command_id,
+    command_msg_id,
+    encode_command,
+    validate_params,
+)
 from gateway.contract.errors import MavjetError
-from gateway.contract.subjects import CMD_STREAM, SHADOW_BUCKET, cmd_subject, command_consumer, event_filter, shadow_key
+from gateway.contract.subjects import (
+    CMD_STREAM,
+    SHADOW_BUCKET,
+    cmd_subject,
+    command_consumer,
+    event_filter,
+    shadow_key,
+)
 
 RECENT_RESULTS = 10_000
 ANY_VEHICLE = "*"  # wait for a cmd_id whatever vehicle answers (tests publishing raw bodies)

@@ -3,8 +3,14 @@
 Parameters are checked against the catalogue before anything is published
 (the gateway checks again: it trusts no publisher). With `--wait` the command
 prints its `cmd_result` and the round trip, and the exit status says how it
-ended: 0 accepted, 1 not accepted, 2 bad usage, 3 NATS unreachable, 4 no
-result within `--timeout`.
+ended: 0 accepted, 1 not accepted, 2 bad usage (or a vehicle no gateway has
+registered, unless `--force`), 3 NATS unreachable, 4 no result within
+`--timeout`, 5 the stream dropped the publish as a duplicate of a command
+already queued with the same id for the vehicle.
+
+`--wait --timeout T` gives the command the deadline issued+T (unless
+`--deadline` is given): a command the CLI stopped waiting for is never
+executed later.
 """
 
 from __future__ import annotations
@@ -14,16 +20,24 @@ import json
 import sys
 import time
 
+from nats.aio.client import Client
+
 from gateway.contract import natsconn
 from gateway.contract.commands import CATALOGUE, CommandInvalid, check_command_id, parse_cli_params
 from gateway.contract.errors import MavjetError
 from gateway.contract.natsconn import NatsUnavailable
 from gateway.contract.subjects import check_token
 from gateway.contract.units import parse_duration_s
-from gateway.ops.client import CommandClient, ResultTimeout, new_command_id
+from gateway.ops.client import (
+    CommandClient,
+    DuplicateCommand,
+    ResultTimeout,
+    new_command_id,
+    vehicle_registered,
+)
 from gateway.ops.runner import run_cli
 
-EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT, EXIT_DUPLICATE = 0, 1, 2, 3, 4, 5
 
 
 def _catalogue_text() -> str:
@@ -45,9 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("vid", help="vehicle id, e.g. VID-001")
     p.add_argument("name", choices=list(CATALOGUE), metavar="NAME", help="command name (see the list below)")
     p.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE", help="a parameter (repeatable)")
-    p.add_argument("--deadline", help="do not execute after this long from now (e.g. 30s, 2m)")
+    p.add_argument("--deadline", help="do not execute after this long from now (e.g. 30s, 2m); default: with "
+                   "--wait, the --timeout; else the gateway's commands.default_deadline_s (30 s) from now")
     p.add_argument("--wait", action="store_true", help="wait for the cmd_result and exit 0 only if accepted")
-    p.add_argument("--timeout", default="60s", help="how long --wait waits (default: %(default)s)")
+    p.add_argument("--timeout", default="60s",
+                   help="how long --wait waits; also the command's deadline unless --deadline (default: %(default)s)")
+    p.add_argument("--force", action="store_true",
+                   help="queue the command even if no gateway has registered the vehicle")
     p.add_argument("--id", dest="cmd_id", help="command id (default: a new UUID); reusing an id is de-duplicated")
     p.add_argument("--issuer", default="mavjet-cli", help="who issues the command (audit trail)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -63,6 +81,8 @@ async def run(args: argparse.Namespace) -> int:
             check_command_id(args.cmd_id)
         deadline_s = None if args.deadline is None else parse_duration_s(args.deadline)
         timeout_s = parse_duration_s(args.timeout)
+        if deadline_s is None and args.wait:
+            deadline_s = timeout_s  # never leave behind a command this CLI stopped waiting for
     except (CommandInvalid, ValueError, MavjetError) as exc:
         print(f"mavjet cmd: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -72,13 +92,22 @@ async def run(args: argparse.Namespace) -> int:
         print(f"mavjet cmd: {exc}", file=sys.stderr)
         return EXIT_NATS
     try:
+        if not args.force and not await _registered(nc, args.env, args.vid):
+            print(f"mavjet cmd: no gateway has registered vehicle {args.vid} (no TWIN_CMD consumer "
+                  f"gw_{args.vid}, no shadow config/meta): the command would only expire. Check the vid "
+                  "(mavjet fleet), or --force to queue it anyway", file=sys.stderr)
+            return EXIT_USAGE
         async with CommandClient(nc, args.env, issuer=args.issuer) as client:
             cmd_id = args.cmd_id or new_command_id()
             if args.wait:
-                client.expect(cmd_id)
+                client.expect(cmd_id, args.vid)
             t0 = time.monotonic()
             try:
                 await client.publish(args.vid, args.name, params, cmd_id=cmd_id, deadline_s=deadline_s)
+            except DuplicateCommand as exc:
+                print(f"mavjet cmd: {exc}; use a new --id, or read the first one's result with "
+                      f"mavjet events --vid {args.vid} --type cmd_result", file=sys.stderr)
+                return EXIT_DUPLICATE
             except Exception as exc:  # nats-py raises a wide range (no stream, timeout...)
                 print(f"mavjet cmd: publishing failed: {type(exc).__name__}: {exc} "
                       "(is TWIN_CMD provisioned? mavjet provision)", file=sys.stderr)
@@ -87,7 +116,7 @@ async def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"cmd_id": cmd_id, "published": True}) if args.json else cmd_id)
                 return EXIT_ACCEPTED
             try:
-                res = await client.wait(cmd_id, timeout_s)
+                res = await client.wait(cmd_id, timeout_s, vid=args.vid)
             except ResultTimeout as exc:
                 print(f"mavjet cmd: {exc} (is a gateway serving {args.vid}?)", file=sys.stderr)
                 return EXIT_TIMEOUT
@@ -102,6 +131,13 @@ async def run(args: argparse.Namespace) -> int:
         print(f"{res.vid} {res.name} {res.cmd_id}: {res.result}{mav} attempts={res.attempts} "
               f"latency={res.latency_ms:.1f} ms round-trip={rtt_ms:.1f} ms{detail}")
     return EXIT_ACCEPTED if res.accepted else EXIT_NOT_ACCEPTED
+
+
+async def _registered(nc: Client, env: str, vid: str) -> bool:
+    try:
+        return await vehicle_registered(nc, env, vid)
+    except Exception:  # TWIN_CMD missing, no permission...: let the publish say what is wrong
+        return True
 
 
 def main(argv: list[str]) -> int:

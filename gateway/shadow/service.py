@@ -11,7 +11,6 @@ from __future__ import annotations
 import anyio
 from anyio.abc import TaskStatus
 
-from drivers.mavlink.runner import ProtocolConfig
 from gateway.services import ServiceContext
 from gateway.shadow.config import ShadowConfig
 from gateway.shadow.kvstore import ShadowStore
@@ -19,11 +18,10 @@ from gateway.shadow.reconciler import VehicleReconciler
 
 
 class ShadowService:
-    def __init__(self, cfg: ShadowConfig | None = None, *, protocols: ProtocolConfig | None = None) -> None:
+    def __init__(self, cfg: ShadowConfig | None = None) -> None:
         self.cfg = cfg or ShadowConfig()
-        # MAVLink timeouts and retries are each vehicle session's (GatewayConfig.protocols, `[commands]`);
-        # accepted here for callers that name them, not a second source.
-        self.protocols = protocols
+        # MAVLink timeouts and retries are not configured here: the shadow acts through each
+        # vehicle's session, which carries GatewayConfig.protocols (`[commands]`), one source.
         self.reconcilers: dict[str, VehicleReconciler] = {}
         self.store: ShadowStore | None = None
         self.started = anyio.Event()

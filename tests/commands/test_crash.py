@@ -94,7 +94,7 @@ def ledger_result(path: Path, cmd_id: str) -> str | None:
         return None
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        row = db.execute("SELECT result FROM ledger WHERE cmd_id = ?", (cmd_id,)).fetchone()
+        row = db.execute("SELECT result FROM ledger WHERE vid = 'VID-001' AND cmd_id = ?", (cmd_id,)).fetchone()
     except sqlite3.OperationalError:  # not created yet
         return None
     finally:

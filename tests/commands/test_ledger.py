@@ -20,14 +20,14 @@ def entry(cmd_id: str, result: str = "accepted", at_ns: int | None = None) -> Le
 async def test_first_write_wins_and_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "state" / "commands.sqlite"
     ledger = Ledger(path)
-    assert await ledger.lookup("a") is None
+    assert await ledger.lookup("VID-001", "a") is None
     assert await ledger.record(entry("a", "accepted")) is True
     assert await ledger.record(entry("a", "failed")) is False
-    ledger.mark_spooled("a")
+    ledger.mark_spooled("VID-001", "a")
     ledger.close()
 
     reopened = Ledger(path)  # as after a gateway restart
-    got = await reopened.lookup("a")
+    got = await reopened.lookup("VID-001", "a")
     assert got is not None
     assert (got.result, got.spooled, got.payload) == ("accepted", True, b"\x81\xa1v\x01")
     reopened.close()
@@ -39,8 +39,8 @@ async def test_prune_drops_only_old_entries(tmp_path: Path) -> None:
     await ledger.record(entry("old", at_ns=now - 700 * 10**9))
     await ledger.record(entry("new", at_ns=now - 10 * 10**9))
     assert ledger.prune_sync(now) == 1
-    assert await ledger.lookup("old") is None
-    assert await ledger.lookup("new") is not None
+    assert await ledger.lookup("VID-001", "old") is None
+    assert await ledger.lookup("VID-001", "new") is not None
     assert ledger.count_sync() == 1
     ledger.close()
 

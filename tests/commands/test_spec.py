@@ -70,9 +70,9 @@ def test_the_executor_has_no_per_command_branches() -> None:
 def test_cmd_result_wire_values() -> None:
     assert {r.name: r.value for r in CmdResult} == {
         "ACCEPTED": "accepted", "REJECTED": "rejected", "FAILED": "failed", "EXPIRED": "expired",
-        "INVALID": "invalid", "TIMEOUT": "timeout",
+        "INVALID": "invalid", "TIMEOUT": "timeout", "UNKNOWN": "unknown",
     }
-    assert RESULTS == ("accepted", "rejected", "failed", "expired", "invalid", "timeout")
+    assert RESULTS == ("accepted", "rejected", "failed", "expired", "invalid", "timeout", "unknown")
     assert CmdResult("accepted") is CmdResult.ACCEPTED
     assert f"{CmdResult.TIMEOUT}" == "timeout" and str(CmdResult.INVALID) == "invalid"
     data = result_data(cmd_id="c", name="arm", result=CmdResult.ACCEPTED)

@@ -127,3 +127,47 @@ def test_refusals_predicted_with_the_vehicle_result() -> None:
     assert check_item(nan_speed, Flavour.PX4) is None
     for sent, _ in ROWS:
         assert check_item(sent, Flavour.ARDUPILOT) is None, sent
+
+
+def _plan_with(item: dict[str, Any]) -> dict[str, Any]:
+    wp = {"type": "SimpleItem", "command": 16, "frame": 3, "autoContinue": True,
+          "params": [0, 0, 0, None, -35.36, 149.16, 30]}  # fmt: skip
+    return {"fileType": "Plan", "mission": {"version": 2, "plannedHomePosition": [-35.36, 149.16, 584],
+            "items": [wp, wp, wp, wp, wp, item]}}  # fmt: skip
+
+
+def test_plan_refuses_a_global_item_without_altitude_naming_index_and_field() -> None:
+    from drivers.mavlink.plan import PlanError, plan_from_dict
+
+    bad = {"type": "SimpleItem", "command": 16, "frame": 0, "params": [0, 0, 0, None, -35.36, 149.16, None]}
+    with pytest.raises(PlanError) as err:
+        plan_from_dict(_plan_with(bad))
+    assert err.value.path == "mission.items[5]"
+    assert str(err.value) == "plan mission.items[5]: NAV_WAYPOINT in a global frame needs an altitude (param7 is null)"
+    terrain = {"type": "SimpleItem", "command": 16, "frame": 10, "params": [0, 0, 0, 0, -35.36, 149.16, 30]}
+    with pytest.raises(PlanError, match=r"mission.items\[5\]: NAV_WAYPOINT uses a terrain-relative altitude"):
+        plan_from_dict(_plan_with(terrain))
+
+
+def test_vehicle_refusal_names_the_item() -> None:
+    from drivers.mavlink.mission import MissionRejected, MissionUpload
+
+    items = tuple(MissionItem(seq=i, frame=3, command=16, z=10.0) for i in range(3))
+    up = MissionUpload(target_system=1, target_component=1, items=items)
+    up.start(0.0)
+
+    class _Msg:
+        def __init__(self, kind: str, **kw: Any) -> None:
+            self._kind, self.__dict__ = kind, {**kw, "_kind": kind}
+
+        def get_type(self) -> str:
+            return self._kind
+
+        def get_srcSystem(self) -> int:
+            return 1
+
+    up.on_message(_Msg("MISSION_REQUEST", seq=0, mission_type=0), 0.1)
+    up.on_message(_Msg("MISSION_REQUEST", seq=1, mission_type=0), 0.2)
+    up.on_message(_Msg("MISSION_ACK", type=12, mission_type=0), 0.3)
+    assert isinstance(up.error, MissionRejected) and up.error.seq == 1
+    assert "mission.items[0] (seq 1)" in str(up.error) and "invalid_param7" in str(up.error)

@@ -143,5 +143,6 @@ def test_shadow_uses_commands_protocol_config(tmp_path: Path) -> None:
     assert cfg.protocols.command.max_attempts == 6
     assert cfg.protocols.command.in_progress_timeout_s == 12.0
     gw = with_services(Gateway(cfg), commands=False, shadow=True)
-    shadow = next(e for e in gw.services if isinstance(e, ShadowService))
-    assert shadow.protocols == cfg.protocols
+    assert any(isinstance(e, ShadowService) for e in gw.services)
+    # The shadow acts through each vehicle's session, which carries the [commands] protocol config.
+    assert gw.twins["V"].session.protocols == cfg.protocols

@@ -73,7 +73,7 @@ def test_fair_take_cuts_the_fullest_first() -> None:
         take = fair_take(counts, n)
         assert sum(take.values()) == min(n, sum(counts.values()))
         left = {k: c - take.get(k, 0) for k, c in counts.items()}
-        assert all(0 <= v for v in left.values())
+        assert all(v >= 0 for v in left.values())
         top = max(left.values())
         # Nobody loses an event while another vehicle holds two more than it is left with.
         assert all(left[k] >= top - 1 for k in take), (counts, n, take)
@@ -82,10 +82,11 @@ def test_fair_take_cuts_the_fullest_first() -> None:
 def test_plan_drops_class_by_class() -> None:
     counts = {(SpoolClass.INFO, "a"): 3, (SpoolClass.SAFETY, "a"): 4, (SpoolClass.SAFETY, "b"): 2,
               (SpoolClass.CMD_RESULT, "b"): 9}
-    assert plan_drops(counts, 2) == {(SpoolClass.INFO, "a"): 2}
-    assert plan_drops(counts, 6) == {(SpoolClass.INFO, "a"): 3, (SpoolClass.SAFETY, "a"): 3}
-    assert plan_drops(counts, 11) == {(SpoolClass.INFO, "a"): 3, (SpoolClass.SAFETY, "a"): 4,
-                                      (SpoolClass.SAFETY, "b"): 2, (SpoolClass.CMD_RESULT, "b"): 2}
+    assert plan_drops(counts, 2) == ({(SpoolClass.INFO, "a"): 2}, 0)
+    assert plan_drops(counts, 6) == ({(SpoolClass.INFO, "a"): 3, (SpoolClass.SAFETY, "a"): 3}, 0)
+    # Results go last and oldest first, whatever their vehicle: the count is left to the database.
+    assert plan_drops(counts, 11) == ({(SpoolClass.INFO, "a"): 3, (SpoolClass.SAFETY, "a"): 4,
+                                       (SpoolClass.SAFETY, "b"): 2}, 2)
 
 
 def test_a_flooding_vehicle_loses_its_own_informational_events(tmp_path: Path, spool_log: _Log) -> None:
@@ -118,17 +119,18 @@ def test_a_flooding_vehicle_loses_its_own_informational_events(tmp_path: Path, s
 def test_priority_events_go_only_when_nothing_else_is_left(tmp_path: Path, spool_log: _Log) -> None:
     spool = Spool(tmp_path / "spool.sqlite", max_entries=100)
     results = [ev(f"V{i % 3}", "cmd_result", i) for i in range(80)]
-    safety = [ev("V1", "link_lost", i) for i in range(15)] + [ev("V2", "disarmed", i) for i in range(5)]
-    info = [ev("V0", "statustext", i) for i in range(5)]
+    safety = [ev("V1", "link_lost", i) for i in range(20)] + [ev("V2", "disarmed", i) for i in range(6)]
+    info = [ev("V0", "statustext", i) for i in range(4)]
     drops = spool.append_sync(results[:40] + info + safety + results[40:])
-    # 125 held, 25 too many: the 5 statustexts, then 20 safety events fairly (V1 keeps as many as V2 would).
-    assert drops.by_class == {"info": 5, "safety": 20}
-    assert drops.by_key == {(SpoolClass.INFO, "V0"): 5, (SpoolClass.SAFETY, "V1"): 15, (SpoolClass.SAFETY, "V2"): 5}
-    assert held(spool) == [m for _, m, _ in results]
+    # 110 held, 10 too many: the 4 statustexts, then 6 safety events from the vehicle holding the most.
+    assert drops.by_key == {(SpoolClass.INFO, "V0"): 4, (SpoolClass.SAFETY, "V1"): 6}
+    assert held(spool) == [m for _, m, _ in results[:40] + safety[6:] + results[40:]]
     assert "spool_dropped_cmd_results" not in spool_log.events()
     # Only command results left: the oldest goes, and each such drop is logged.
     drops = spool.append_sync([ev("V9", "cmd_result", i) for i in range(30)])
-    assert drops.by_class == {"cmd_result": 30}
+    assert drops.by_class == {"safety": 20, "cmd_result": 10}
+    assert drops.by_key[SpoolClass.CMD_RESULT, "V0"] == 4  # the 10 oldest: V0, V1, V2 in turn
+    assert held(spool) == [m for _, m, _ in results[10:]] + [f"V9:cmd_result:{i}" for i in range(30)]
     assert spool_log.events().count("spool_dropped_cmd_results") == 1
     assert spool_log.events().count("spool_overflow") == 1  # still the same episode
     spool.close()
