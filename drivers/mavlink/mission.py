@@ -307,7 +307,7 @@ class MissionUpload(_Transfer):
         was stored. A lost final item is re-requested by the vehicle itself,
         so in that stage the machine only waits (two timeouts) and then fails
         with stage "MISSION_ACK": the outcome is unknown, and a download
-        (`runner.upload_and_verify`) settles it.
+        (`transfers.upload_and_verify`) settles it.
         """
         if not self.awaiting_final_ack:
             return _Transfer.on_tick(self, now)

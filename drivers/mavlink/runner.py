@@ -16,9 +16,8 @@ arrives after the question (`heartbeat_wait_s`), before any retransmission.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
@@ -35,22 +34,9 @@ from drivers.mavlink.command import (
     heartbeat_armed,
 )
 from drivers.mavlink.dialect import MavMessage
-from drivers.mavlink.fence import Geofence
 from drivers.mavlink.mission import (
-    FENCE,
-    MISSION,
-    MissionClear,
     MissionConfig,
-    MissionDownload,
-    MissionItem,
-    MissionRejected,
-    MissionTimeout,
-    MissionUpload,
-    item_label,
-    mission_type_name,
 )
-from drivers.mavlink.modes import Flavour
-from drivers.mavlink.normalise import check_item, differences
 from drivers.mavlink.params import (
     REAL32,
     ParamConfig,
@@ -60,14 +46,12 @@ from drivers.mavlink.params import (
     make_param_read,
     make_param_set,
 )
-from drivers.mavlink.plan import digest
 from drivers.mavlink.port import MavPort
 from gateway.contract.errors import (
     CommandRejected,
     CommandTimeout,
     ConfigError,
     LinkError,
-    ProtocolError,
 )
 
 OnProgress = Callable[[int | None], None]
@@ -116,7 +100,7 @@ def _endpoint(port: MavPort) -> str:
     return str(getattr(port, "endpoint", f"sys{port.target_system}"))
 
 
-def _target(port: MavPort) -> int:
+def target_system_of(port: MavPort) -> int:
     """The vehicle's system id; a link that has not seen a HEARTBEAT yet cannot address it."""
     sysid = port.target_system
     if not sysid:
@@ -142,7 +126,7 @@ async def _receive_until(rx: MemoryObjectReceiveStream[MavMessage], port: MavPor
     return None
 
 
-async def _drive(port: MavPort, machine: _Machine, rx: MemoryObjectReceiveStream[MavMessage]) -> None:
+async def drive(port: MavPort, machine: _Machine, rx: MemoryObjectReceiveStream[MavMessage]) -> None:
     await _send_all(port, machine.start(anyio.current_time()))
     while not machine.done:
         msg = await _receive_until(rx, port, machine.next_deadline)
@@ -185,7 +169,7 @@ async def execute_command(
         command=command,
         params=padded,  # type: ignore[arg-type]  # length checked above
         use_int=use_int,
-        target_system=_target(port),
+        target_system=target_system_of(port),
         target_component=port.target_component,
         **kwargs,
     )
@@ -271,198 +255,6 @@ async def run_command(
 
 
 # ---------------------------------------------------------------------------
-# missions
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TransferReport:
-    """How a mission transfer went (for logs and metrics)."""
-
-    mission_type: int
-    count: int
-    resends: int
-    ignored: int
-    elapsed_ms: float
-
-
-@asynccontextmanager
-async def _held(lock: anyio.Lock | None) -> AsyncIterator[None]:
-    """Hold the vehicle's transfer lock, when the caller owns one.
-
-    An autopilot serves one mission transfer at a time and a second one resets
-    the first, so a vehicle's transfers must be serialised. The lock belongs to
-    whoever owns the vehicle (drivers.mavlink.session.VehicleSession), not to
-    this module: the runners stay free of global state.
-    """
-    if lock is None:
-        yield
-    else:
-        async with lock:
-            yield
-
-
-async def _run_transfer(
-    port: MavPort, machine: MissionUpload | MissionDownload | MissionClear, config: ProtocolConfig
-) -> float:
-    started = time.monotonic()
-    try:
-        with anyio.fail_after(config.operation_timeout_s):
-            async with port.listen(config.listen_buffer) as rx:
-                await _drive(port, machine, rx)
-    except TimeoutError:
-        raise MissionTimeout(machine.PROTOCOL, "the operation deadline", machine.retries) from None
-    if machine.error is not None:
-        raise machine.error
-    return (time.monotonic() - started) * 1000.0
-
-
-async def _upload(
-    port: MavPort, items: Sequence[MissionItem], mission_type: int, config: ProtocolConfig
-) -> TransferReport:
-    machine = MissionUpload(
-        target_system=_target(port),
-        target_component=port.target_component,
-        mission_type=mission_type,
-        config=config.mission,
-        items=tuple(items),
-    )
-    elapsed = await _run_transfer(port, machine, config)
-    return TransferReport(
-        mission_type=mission_type, count=len(items), resends=machine.resends, ignored=machine.ignored, elapsed_ms=elapsed
-    )
-
-
-async def _download(port: MavPort, mission_type: int, config: ProtocolConfig) -> list[MissionItem]:
-    machine = MissionDownload(
-        target_system=_target(port),
-        target_component=port.target_component,
-        mission_type=mission_type,
-        config=config.mission,
-    )
-    await _run_transfer(port, machine, config)
-    return list(machine.items)
-
-
-async def upload_mission(
-    port: MavPort,
-    items: Sequence[MissionItem],
-    mission_type: int = MISSION,
-    *,
-    config: ProtocolConfig = DEFAULT_CONFIG,
-    lock: anyio.Lock | None = None,
-) -> TransferReport:
-    """Upload `items` (seq 0..n-1) as `mission_type`; raises MissionRejected, MissionTimeout, ProtocolError."""
-    async with _held(lock):
-        return await _upload(port, items, mission_type, config)
-
-
-async def download_mission(
-    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
-) -> list[MissionItem]:
-    """Read the vehicle's `mission_type` items back."""
-    async with _held(lock):
-        return await _download(port, mission_type, config)
-
-
-async def clear_mission(
-    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
-) -> None:
-    async with _held(lock):
-        machine = MissionClear(
-            target_system=_target(port),
-            target_component=port.target_component,
-            mission_type=mission_type,
-            config=config.mission,
-        )
-        await _run_transfer(port, machine, config)
-
-
-class MissionMismatch(ProtocolError):
-    """The mission read back differs from the one uploaded (after read-back normalisation).
-
-    `seq` and `detail` name the first item that differs and how, when the
-    counts agree.
-    """
-
-    def __init__(
-        self, mission_type: int, uploaded: str, downloaded: str, *, seq: int | None = None, detail: str = ""
-    ) -> None:
-        where = f" ({item_label(mission_type, seq)}: {detail})" if seq is not None else (f" ({detail})" if detail else "")
-        super().__init__(
-            "mission_verify",
-            f"{mission_type_name(mission_type)} read back with digest {downloaded[:12]}, uploaded {uploaded[:12]}{where}",
-        )
-        self.mission_type = mission_type
-        self.uploaded = uploaded
-        self.downloaded = downloaded
-        self.seq = seq
-        self.detail = detail
-
-
-def check_upload(items: Sequence[MissionItem], flavour: Flavour | str | None) -> None:
-    """Raise MissionRejected, naming the item, for the first item the vehicle would refuse.
-
-    Checked before anything is sent: ArduPilot truncates its stored mission
-    to the new count at MISSION_COUNT and does not roll back a refused upload.
-    """
-    for item in items:
-        problem = check_item(item, flavour or Flavour.GENERIC)
-        if problem is not None:
-            raise MissionRejected(
-                "mission_upload", problem.result, item.mission_type, seq=problem.seq, why=problem.reason
-            )
-
-
-def compare_readback(
-    sent: Sequence[MissionItem], back: Sequence[MissionItem], mission_type: int, flavour: Flavour | str | None
-) -> None:
-    """Raise MissionMismatch unless `back` is how an autopilot of `flavour` reads `sent` back.
-
-    Both sides are normalised (`normalise.readback`); seq 0 of a MISSION is
-    the vehicle's own home and is not compared. Without a known flavour the
-    items are compared in the digest's form (the coarsest).
-    """
-    want, got = digest(sent), digest(back)
-    if len(sent) != len(back):
-        raise MissionMismatch(mission_type, want, got, detail=f"{len(back)} items read back, {len(sent)} sent")
-    for a, b in zip(sent, back, strict=True):
-        if mission_type == MISSION and a.seq == 0:
-            continue
-        diff = differences(a, b, flavour or Flavour.ARDUPILOT)
-        if diff:
-            raise MissionMismatch(mission_type, want, got, seq=a.seq, detail="; ".join(diff))
-
-
-async def upload_and_verify(
-    port: MavPort,
-    items: Sequence[MissionItem],
-    mission_type: int = MISSION,
-    *,
-    config: ProtocolConfig = DEFAULT_CONFIG,
-    lock: anyio.Lock | None = None,
-    flavour: Flavour | str | None = None,
-) -> str:
-    """Check, upload, download, compare normalised items; return the digest or raise.
-
-    Raises MissionRejected (naming the item) when an item would be refused or
-    the vehicle refuses one, MissionMismatch when the read-back differs.
-    A missing final MISSION_ACK (lost on a lossy link) does not fail the
-    upload here: the download decides whether the vehicle holds the mission.
-    """
-    items = [it if it.mission_type == mission_type else replace(it, mission_type=mission_type) for it in items]
-    check_upload(items, flavour)
-    async with _held(lock):
-        try:
-            await _upload(port, items, mission_type, config)
-        except MissionTimeout as exc:
-            if exc.stage != "MISSION_ACK":
-                raise
-        back = await _download(port, mission_type, config)
-    compare_readback(items, back, mission_type, flavour)
-    return digest(back)
-
-
-# ---------------------------------------------------------------------------
 # parameters
 
 
@@ -470,7 +262,7 @@ async def _run_param(port: MavPort, machine: Any, config: ProtocolConfig) -> Par
     try:
         with anyio.fail_after(config.operation_timeout_s):
             async with port.listen(config.listen_buffer) as rx:
-                await _drive(port, machine, rx)
+                await drive(port, machine, rx)
     except TimeoutError:
         raise ParamTimeout(machine.name, machine.attempts) from None
     if machine.error is not None:
@@ -482,7 +274,7 @@ async def _run_param(port: MavPort, machine: Any, config: ProtocolConfig) -> Par
 
 async def read_param(port: MavPort, name: str, *, config: ProtocolConfig = DEFAULT_CONFIG) -> ParamValue:
     """PARAM_REQUEST_READ by name; raises ParamTimeout when the vehicle never answers (unknown id)."""
-    machine = make_param_read(name, target_system=_target(port), target_component=port.target_component, config=config.params)
+    machine = make_param_read(name, target_system=target_system_of(port), target_component=port.target_component, config=config.params)
     return await _run_param(port, machine, config)
 
 
@@ -506,35 +298,8 @@ async def set_param(
         name,
         value,
         param_type if param_type else REAL32,
-        target_system=_target(port),
+        target_system=target_system_of(port),
         target_component=port.target_component,
         config=config.params,
     )
     return await _run_param(port, machine, config)
-
-
-# ---------------------------------------------------------------------------
-# geofence
-
-
-async def apply_geofence(
-    port: MavPort,
-    fence: Geofence,
-    *,
-    config: ProtocolConfig = DEFAULT_CONFIG,
-    lock: anyio.Lock | None = None,
-    flavour: Flavour | str | None = None,
-) -> str:
-    """Upload and verify the FENCE zones, then set and confirm the fence parameters.
-
-    Zones go first and the FENCE_ENABLE switch last, so a vehicle never
-    enforces a half-written fence. Returns the zones' digest.
-    """
-    items = fence.items()
-    fence_digest = await upload_and_verify(port, items, FENCE, config=config, lock=lock, flavour=flavour)
-    params = fence.params()
-    enable = params.pop("FENCE_ENABLE")
-    for name, value in params.items():
-        await set_param(port, name, value, config=config)
-    await set_param(port, "FENCE_ENABLE", enable, config=config)
-    return fence_digest

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drivers.mavlink import runner
+from drivers.mavlink import runner, transfers
 from drivers.mavlink.autopilot import (
     arm_params,
     autopilot_version_fields,
@@ -43,7 +43,8 @@ from drivers.mavlink.link import LinkState, MavlinkLink
 from drivers.mavlink.mission import MISSION, MissionItem
 from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
 from drivers.mavlink.params import ParamValue
-from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig, TransferReport
+from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig
+from drivers.mavlink.transfers import TransferReport
 
 __all__ = ["FlightState", "LinkHealth", "Session", "VehicleSession"]
 
@@ -400,27 +401,27 @@ class VehicleSession:
     async def upload_mission(
         self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
     ) -> TransferReport:
-        return await runner.upload_mission(
+        return await transfers.upload_mission(
             self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock
         )
 
     async def upload_and_verify(
         self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
     ) -> str:
-        return await runner.upload_and_verify(
+        return await transfers.upload_and_verify(
             self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock, flavour=self.flavour
         )
 
     async def download_mission(
         self, mission_type: int = MISSION, *, config: ProtocolConfig | None = None
     ) -> list[MissionItem]:
-        return await runner.download_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
+        return await transfers.download_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
 
     async def clear_mission(self, mission_type: int = MISSION, *, config: ProtocolConfig | None = None) -> None:
-        await runner.clear_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
+        await transfers.clear_mission(self.link, mission_type, config=self._cfg(config), lock=self._transfer_lock)
 
     async def apply_geofence(self, fence: Geofence, *, config: ProtocolConfig | None = None) -> str:
-        return await runner.apply_geofence(
+        return await transfers.apply_geofence(
             self.link, fence, config=self._cfg(config), lock=self._transfer_lock, flavour=self.flavour
         )
 

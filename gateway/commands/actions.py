@@ -23,7 +23,7 @@ from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeou
 from drivers.mavlink.modes import ModeTable, UnknownMode
 from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
 from drivers.mavlink.plan import PlanError
-from drivers.mavlink.runner import MissionMismatch
+from drivers.mavlink.transfers import MissionMismatch
 from gateway.blobs import BlobError, BlobFailure, fetch_plan
 from gateway.contract.commands import CmdResult, Command, CommandInvalid
 from gateway.contract.errors import LinkError

@@ -15,7 +15,7 @@ from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
 from drivers.mavlink.modes import Flavour
 from drivers.mavlink.normalise import check_item, differences, readback, same_item
 from drivers.mavlink.plan import digest
-from drivers.mavlink.runner import MissionMismatch, compare_readback
+from drivers.mavlink.transfers import MissionMismatch, compare_readback
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ardupilot_readback.json").read_text())
 

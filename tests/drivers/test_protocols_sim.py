@@ -15,18 +15,15 @@ from drivers.mavlink.link import LinkConfig, MavlinkLink
 from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
 from drivers.mavlink.params import REAL32, ParamError, ParamTimeout
 from drivers.mavlink.plan import digest, parse_plan
-from drivers.mavlink.runner import (
+from drivers.mavlink.runner import execute_command, read_param, run_command, set_param
+from drivers.mavlink.session import VehicleSession
+from drivers.mavlink.transfers import (
     apply_geofence,
     clear_mission,
     download_mission,
-    execute_command,
-    read_param,
-    run_command,
-    set_param,
     upload_and_verify,
     upload_mission,
 )
-from drivers.mavlink.session import VehicleSession
 from drivers.mavlink.transport import Endpoint
 from gateway.contract.errors import CommandRejected, LinkError
 from sim.fleet import SimConfig
