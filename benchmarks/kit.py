@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,40 @@ def percentile(values: Sequence[float], q: float, *, scale: float = 1.0, digits:
     return round(s[min(len(s) - 1, int(q * len(s)))] * scale, digits)
 
 
-def start_sim(vehicles: int, base_port: int, *, speedup: float = 1.0) -> subprocess.Popen[bytes]:
-    """`mavjet sim` as a separate process (its own core where there is one)."""
-    return subprocess.Popen(
+def start_sim(
+    vehicles: int, base_port: int, *, speedup: float = 1.0, ready_timeout_s: float = 300.0
+) -> subprocess.Popen[bytes]:
+    """`mavjet sim` as a separate process (its own core where there is one), returned once
+    every vehicle listens: the sim prints `ready vehicles=N` after the last bind. At 1,000
+    vehicles on a loaded machine that takes well over a minute, and a benchmark that
+    connects earlier is refused."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "sim", "--vehicles", str(vehicles), "--base-port", str(base_port),
          "--speedup", str(speedup)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
+    out = proc.stdout
+    assert out is not None
+    ready = threading.Event()
+    seen: list[bytes] = []
+
+    def drain() -> None:
+        # Reads every line (so a full pipe never blocks the sim) and flags `ready`.
+        for line in iter(out.readline, b""):
+            if len(seen) < 50:
+                seen.append(line)
+            if line.startswith(b"ready vehicles="):
+                ready.set()
+
+    threading.Thread(target=drain, name="sim-stdout", daemon=True).start()
+    started = time.monotonic()
+    while not ready.wait(0.5):
+        if proc.poll() is not None or time.monotonic() - started > ready_timeout_s:
+            stop_process(proc)
+            tail = b"".join(seen[-5:]).decode(errors="replace")
+            raise SystemExit(f"mavjet bench: the simulator did not report ready ({ready_timeout_s:.0f} s):\n{tail}")
+    print(f"sim ready: {vehicles} vehicles in {time.monotonic() - started:.1f} s", flush=True)
+    return proc
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:

@@ -8,6 +8,11 @@ Times: every sample's and event's time is `recv_ns`, the gateway's clock
 (gateway/clock.py) when the batch holding the message arrived, never the
 vehicle's clock, so ages computed by readers are true ages. Channels fed by a
 message carrying the autopilot's boot time keep it as `time_boot_ms`.
+
+Status text follows gateway/statustext.py: repeats collapsed per window,
+"Reached command #N" folded into MISSION_ITEM_REACHED. Repeats still reach
+in-gateway subscribers as `internal` events (a command waiting for the
+reason of a refusal must see every PreArm line).
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any
 from drivers.mavlink.autopilot import is_airborne, is_autopilot_heartbeat
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.modes import ModeTable, flavour_of, table_for
+from drivers.mavlink.params import decode_param_id
+from gateway.statustext import REACHED_PREFIX, ReachedPairing, RepeatCollapser, Summary, text_data
 
-SEVERITY_NAMES = ("emergency", "alert", "critical", "error", "warning", "notice", "info", "debug")
 _ARMED = mavlink2.MAV_MODE_FLAG_SAFETY_ARMED
 _FAILSAFE_STATES = (mavlink2.MAV_STATE_CRITICAL, mavlink2.MAV_STATE_EMERGENCY)
 _ON_GROUND = mavlink2.MAV_LANDED_STATE_ON_GROUND
@@ -38,6 +44,9 @@ class Event:
     time_ns: int
     data: dict[str, Any]
     msg_id: str
+    # Internal: for in-gateway subscribers only (the shadow, commands), never
+    # published to TWIN_EVENTS nor counted as an event.
+    internal: bool = False
 
 
 def _haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
@@ -96,6 +105,8 @@ class TelemetryModel:
     _flight: _Flight = field(default_factory=_Flight)
     _seen_extended_state: bool = False
     _id_counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    texts: RepeatCollapser = field(default_factory=RepeatCollapser)
+    _reached: ReachedPairing = field(default_factory=ReachedPairing)
 
     @property
     def last_boot_ms(self) -> int:
@@ -354,11 +365,43 @@ class TelemetryModel:
             self._failsafe_hint = (recv_ns, kind)
             if not self.failsafe_active and m.severity <= mavlink2.MAV_SEVERITY_CRITICAL:
                 self._start_failsafe(recv_ns)
-        if m.severity <= mavlink2.MAV_SEVERITY_WARNING:
-            self.emit("statustext", recv_ns, severity=m.severity, severity_name=SEVERITY_NAMES[m.severity], text=text)
+        severity = m.severity
+        if text.startswith(REACHED_PREFIX):
+            seq = self._reached.text(text, recv_ns)
+            if seq is not None:
+                self.emit("mission_item_reached", recv_ns, seq=seq)
+            return
+        ended: list[Summary] = []
+        repeat = self.texts.offer(severity, text, recv_ns, ended)
+        self._summaries(ended)
+        if repeat:
+            self.events.append(Event("statustext", recv_ns, text_data(severity, text, 1), "", internal=True))
+        else:
+            self.emit("statustext", recv_ns, **text_data(severity, text, 1))
+
+    def _summaries(self, ended: list[Summary]) -> None:
+        for s in ended:
+            self.emit("statustext", s.time_ns, **text_data(s.severity, s.text, s.count),
+                      window_s=round(self.texts.window_ns / 1e9, 3))
+
+    @property
+    def repeats_pending(self) -> bool:
+        """True while some status text is inside its collapse window (`flush_repeats` has work)."""
+        return self.texts.pending
+
+    def flush_repeats(self, now_ns: int, *, flush: bool = False) -> None:
+        """Summaries of the collapse windows over at `now_ns` (all of them with `flush`, at shutdown)."""
+        self._summaries(self.texts.due(now_ns, flush=flush))
 
     def _mission_item_reached(self, m: MavMessage, recv_ns: int) -> None:
-        self.emit("mission_item_reached", recv_ns, seq=m.seq)
+        if self._reached.message(m.seq, recv_ns):
+            self.emit("mission_item_reached", recv_ns, seq=m.seq)
+
+    def _param_value(self, m: MavMessage, recv_ns: int) -> None:
+        # Internal only: the shadow hears of a param changed on the vehicle (a
+        # ground station, RC) at once instead of at its periodic verify.
+        data = {"name": decode_param_id(m.param_id), "value": float(m.param_value), "param_type": m.param_type}
+        self.events.append(Event("param_value", recv_ns, data, "", internal=True))
 
     def _mission_current(self, m: MavMessage, recv_ns: int) -> None:
         self.mission_seq = m.seq
@@ -384,5 +427,6 @@ _HANDLERS = {
     "STATUSTEXT": TelemetryModel._statustext,
     "MISSION_ITEM_REACHED": TelemetryModel._mission_item_reached,
     "MISSION_CURRENT": TelemetryModel._mission_current,
+    "PARAM_VALUE": TelemetryModel._param_value,
     "FENCE_STATUS": TelemetryModel._fence_status,
 }

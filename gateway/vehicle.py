@@ -140,8 +140,12 @@ class VehicleTwin:
         An event to enqueue passes the event budget first; held back, it is
         counted (and summarised by `flush_suppressed`) but still reaches the
         subscribers. An event the caller already spooled is durable and is
-        never held back.
+        never held back. An internal event only reaches the subscribers.
         """
+        if ev.internal:
+            if self.events:
+                self.events.publish(ev)
+            return
         if enqueue and not self.budget.admit(ev.type, ev.time_ns):
             self.metrics.events_suppressed.labels(type=ev.type).inc()
             if self.events:
@@ -166,8 +170,16 @@ class VehicleTwin:
 
     def flush_suppressed(self, now_ns: int, *, flush: bool = False) -> None:
         """One `events_suppressed` per event type whose budget window has ended (all with `flush`)."""
+        if flush and self.model.repeats_pending:
+            self.flush_repeats(now_ns, flush=True)  # its summaries pass the budget before it is flushed
         for s in self.budget.due(now_ns, flush=flush):
             self.emit("events_suppressed", event_type=s.event_type, count=s.count, window_s=s.window_s)
+
+    def flush_repeats(self, now_ns: int, *, flush: bool = False) -> None:
+        """Summaries of the repeated status texts whose collapse window has ended (gateway/telemetry.py)."""
+        self.model.flush_repeats(now_ns, flush=flush)
+        if self.model.events:
+            self.publish_events(self.model.drain_events())
 
     def on_link_state(self, old: LinkState, new: LinkState) -> None:
         if self.closing:
@@ -246,6 +258,8 @@ class VehicleTwin:
 
     async def publish_link(self, now_ns: int) -> None:
         """The link channel, every link period even when the vehicle is silent: the gateway's liveness record."""
+        if self.model.repeats_pending:
+            self.flush_repeats(now_ns)
         if self.budget.holding:
             self.flush_suppressed(now_ns)
         if "link" in self._subjects:

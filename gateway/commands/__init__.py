@@ -6,8 +6,11 @@ The wire format (names, parameters, body codec, result kinds) is in
 - `spec` — every command defined once: its wire spec, preconditions
   (`preconditions`, pure) and action (`actions`: the MAV_CMD or protocol it
   runs and how each ending becomes an outcome).
-- `ledger` — the executed-id ledger (SQLite under the state dir) that makes
-  execution effectively once across redeliveries and gateway restarts.
+- `ledger` — commands by `(vid, cmd_id)`, in flight then final (SQLite under
+  the state dir): execution effectively once across redeliveries and
+  gateway restarts.
+- `recovery` — what each command does when it was in flight at a crash
+  (confirm from the vehicle's state, send again, or end `unknown`).
 - `executor` — one command message from fetch to ack/nak/term and its single
   `cmd_result` event.
 - `consumer` — the gateway service: one durable pull consumer per vehicle,

@@ -211,15 +211,20 @@ class CommandClient:
         """Publish an already-encoded body (also bad ones, for tests) as command `msg_id` of `vid`.
 
         The header is `Nats-Msg-Id: <vid>:<msg_id>`. Raises DuplicateCommand
-        when the stream's PubAck says it dropped the message as a duplicate.
+        when the stream's PubAck says it dropped the message as a duplicate,
+        unless this is this client publishing it again before its result came
+        (a retry after a lost PubAck: the command is queued, its result will come).
         """
         await self.start()
-        self.published_ns[(vid, msg_id)] = time.time_ns()
+        key = (vid, msg_id)
+        # This client retrying its own publish (the first PubAck was lost) is not an error while the result is owed.
+        own_retry = key in self.published_ns and key not in self._recent
+        self.published_ns[key] = time.time_ns()
         ack = await self.js.publish(
             cmd_subject(self.env, vid, name), payload,
             headers={"Nats-Msg-Id": command_msg_id(vid, msg_id), "Content-Type": envelope.CONTENT_TYPE},
         )  # fmt: skip
-        if ack.duplicate:
+        if ack.duplicate and not own_retry:
             raise DuplicateCommand(vid, msg_id, int(ack.seq or 0))
 
     def expect(self, cmd_id: str, vid: str = ANY_VEHICLE) -> asyncio.Future[Result]:

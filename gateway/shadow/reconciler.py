@@ -5,7 +5,10 @@ rates, mode, armed) in that order; each compares the desired document with
 what was last read back and acts on what differs through the vehicle's
 MAVLink session. Passes run when the desired document changes, when the
 vehicle does something relevant (link restored, mode change, failsafe), when
-a retry is due, and on an idle tick. A pass on a converged vehicle does no
+a retry is due, when a shadowed parameter changes on the vehicle (an
+unsolicited PARAM_VALUE, forwarded by the twin as an internal `param_value`
+event: `reported` is written with the drift, then a pass restores it), and
+on an idle tick. A pass on a converged vehicle does no
 MAVLink I/O: everything it would read is cached in `LiveConfig` until a
 reboot, a reconnect or `verify_interval_s` clears it, and then it is read
 back again (level-triggered: re-applied if it drifted).
@@ -56,6 +59,7 @@ from gateway.shadow.steps import (
 )
 from gateway.shadow.steps.base import fmt_number
 from gateway.shadow.steps.geofence import reported_fence
+from gateway.shadow.steps.params import on_param_value
 from gateway.telemetry import Event
 
 log = structlog.get_logger("mavjet.shadow")
@@ -100,10 +104,14 @@ class VehicleReconciler:
         self._connects = -1
         self._boot_ms = 0
         self._restored = False
+        self._report_due = False  # a drift was heard: write `reported` before the pass that restores it
         vehicle.subscribe(self._on_event)
 
     # -- inputs -------------------------------------------------------------------------
     def _on_event(self, ev: Event) -> None:
+        if ev.type == "param_value":
+            self._on_param_value(ev)
+            return
         if ev.type not in _WAKE_EVENTS and ev.type != "statustext":
             return
         now = time.monotonic()
@@ -115,6 +123,17 @@ class VehicleReconciler:
         if ev.type == "link_restored":
             self._invalidate("link restored")
         self.flight.changed()
+        self._wake.set()
+
+    def _on_param_value(self, ev: Event) -> None:
+        """Any PARAM_VALUE (ours or unsolicited): a shadowed one that now differs wakes the loop at once."""
+        d = ev.data
+        found = on_param_value(self.desired, self.live, str(d["name"]), float(d["value"]), int(d["param_type"]))
+        if found is None:
+            return
+        if self.converged:  # else a pass is at work on it, with its own reasons in the delta
+            self.book.note(found.path, found.desired, found.reported, "changed on the vehicle")
+            self._report_due = True
         self._wake.set()
 
     def on_desired(self, entry: DesiredEntry) -> None:
@@ -173,6 +192,9 @@ class VehicleReconciler:
                 try:
                     if not self._restored:
                         await self._restore()
+                    if self._report_due:
+                        self._report_due = False
+                        await self._report()
                     await self.reconcile_once()
                     await self._report()
                     failures = 0
@@ -254,7 +276,8 @@ class VehicleReconciler:
         d, t, live = self.desired, self.vehicle.telemetry, self.live
         doc: dict[str, Any] = {
             "desired_revision": d.revision,
-            "converged": self.converged,
+            # A drift heard between passes is in the delta before a pass sees it.
+            "converged": self.converged and not self.book.delta,
             "delta": self.book.delta.to_json(),
             "link": self.vehicle.session.state.value,
             "gateway": self.gateway_cfg.instance,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from drivers.mavlink.dialect import mavlink2 as m
 from gateway.telemetry import TelemetryModel
-from tests.unit.test_telemetry import ARMED, ext, feed, hb, pos
+from tests.gateway.test_telemetry import ARMED, ext, feed, hb, pos
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_HOME = ROOT / "drivers" / "mavlink" / "autopilot.py"

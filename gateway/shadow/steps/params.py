@@ -40,6 +40,22 @@ async def known_param(ctx: StepContext, name: str, path: str, want: float) -> bo
     return True
 
 
+def on_param_value(d: Desired, live: LiveConfig, name: str, value: float, param_type: int) -> Finding | None:
+    """A PARAM_VALUE heard outside a pass (a ground station or RC changed it): update `live`.
+
+    Returns the finding when `name` is shadowed and now differs from desired
+    (the caller wakes the reconciler), else None. Pure.
+    """
+    want = d.params.get(name)
+    path = f"params.{name}"
+    if want is None or path in d.errors:
+        return None
+    live.params[name] = (value, param_type)
+    live.unreadable_params.discard(name)
+    f = observe_param(path, name, want, live.params[name])
+    return None if f.verdict is Verdict.OK else f
+
+
 class ParamsStep:
     field = "params"
 

@@ -93,10 +93,11 @@ def test_failsafe_type_and_action_from_heartbeat() -> None:
     assert not v.failsafe_active
 
 
-def test_statustext_below_warning_is_not_an_event() -> None:
+def test_statustext_of_every_severity_is_an_event() -> None:
+    # Issue 12: info-level lines carry meaning ("Mission: 5 WP"); they were dropped before.
     v = TelemetryModel(vid="VID-001")
     feed(v, hb())
-    assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_INFO, b"EKF3 IMU0 is using GPS"))) == []
+    assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_INFO, b"EKF3 IMU0 is using GPS"))) == ["statustext"]
     assert feed(v, framed(m.MAVLink_statustext_message(m.MAV_SEVERITY_ERROR, b"PreArm: Need 3D Fix"))) == ["statustext"]
 
 
@@ -151,3 +152,89 @@ def test_disarm_at_touchdown_lands_first() -> None:
     types = feed(v, hb(base=ARMED), ext(m.MAV_LANDED_STATE_IN_AIR), pos(10.0), pos(0.1), hb(base=DISARMED),
                  ext(m.MAV_LANDED_STATE_ON_GROUND))
     assert types == ["armed", "takeoff", "landed", "disarmed"]
+
+
+# -- status text: every severity, "Reached command #N", repeats collapsed -----------------
+S = 1_000_000_000
+
+
+def text(msg: str, severity: int = m.MAV_SEVERITY_INFO) -> Any:
+    return framed(m.MAVLink_statustext_message(severity, msg.encode()))
+
+
+def reached(seq: int) -> Any:
+    return framed(m.MAVLink_mission_item_reached_message(seq))
+
+
+def events_at(model: TelemetryModel, *timed: tuple[float, Any]) -> list[Any]:
+    for t_s, msg in timed:
+        model.update(msg, int(t_s * S))
+    return model.drain_events()
+
+
+def test_info_and_debug_texts_are_events_with_count_one() -> None:
+    v = TelemetryModel(vid="VID-001")
+    evs = events_at(v, (1, text("Mission: 5 WP")), (2, text("EKF3 IMU0 is using GPS", m.MAV_SEVERITY_DEBUG)))
+    assert [(e.type, e.data["text"], e.data["severity_name"], e.data["count"]) for e in evs] == [
+        ("statustext", "Mission: 5 WP", "info", 1), ("statustext", "EKF3 IMU0 is using GPS", "debug", 1)]
+    assert not any(e.internal for e in evs)
+
+
+def test_reached_text_and_mission_item_reached_are_one_event() -> None:
+    v = TelemetryModel(vid="VID-001")
+    # ArduPilot: the text first, the message on its next telemetry slot; the text is not a statustext event.
+    evs = events_at(v, (1.0, text("Reached command #2")), (1.2, reached(2)))
+    assert [(e.type, e.data["seq"]) for e in evs] == [("mission_item_reached", 2)]
+    # From now on the vehicle is known to send MISSION_ITEM_REACHED: it alone makes the event.
+    evs = events_at(v, (5.0, text("Reached command #3")), (5.1, reached(4)), (9.0, reached(4)))
+    assert [(e.type, e.data["seq"]) for e in evs] == [("mission_item_reached", 4), ("mission_item_reached", 4)]
+
+
+def test_reached_message_alone_and_text_alone() -> None:
+    v = TelemetryModel(vid="VID-001")
+    assert [(e.type, e.data["seq"]) for e in events_at(v, (1, reached(1)), (2, reached(2)))] == [
+        ("mission_item_reached", 1), ("mission_item_reached", 2)]
+    w = TelemetryModel(vid="VID-002")  # a vehicle that sends only the text
+    evs = events_at(w, (1, text("Reached command #1")), (20, text("Reached command #1")))
+    assert [(e.type, e.data["seq"]) for e in evs] == [("mission_item_reached", 1), ("mission_item_reached", 1)]
+
+
+def test_repeated_text_collapses_into_one_event_per_window_with_count() -> None:
+    v = TelemetryModel(vid="VID-001")
+    prearm = "PreArm: Need Position Estimate"
+    warn = m.MAV_SEVERITY_CRITICAL
+    # Every 4 s for 70 s, as ArduPilot repeats a failing PreArm check.
+    published = []
+    for i in range(18):
+        t = 10 + 4 * i
+        published += [e for e in events_at(v, (t, text(prearm, warn))) if not e.internal]
+        v.flush_repeats((t + 2) * S)  # the twin's link tick
+        published += v.drain_events()
+    assert [e.data["count"] for e in published] == [1, 7, 7]
+    assert published[1].data["window_s"] == 30 and published[1].time_ns == 38 * S  # the newest repeat's time
+    assert all(e.data["text"] == prearm and e.data["severity"] == warn for e in published)
+    assert len({e.msg_id for e in published}) == 3
+    # The rest of the open window is reported at shutdown; then the text starts afresh.
+    v.flush_repeats(100 * S, flush=True)
+    assert [e.data["count"] for e in v.drain_events()] == [3]
+    assert not v.repeats_pending
+    assert [e.data["count"] for e in events_at(v, (200, text(prearm, warn)))] == [1]
+
+
+def test_repeats_reach_subscribers_as_internal_events_and_other_texts_are_not_collapsed() -> None:
+    v = TelemetryModel(vid="VID-001")
+    evs = events_at(v, (1, text("PreArm: a")), (2, text("PreArm: a")), (3, text("PreArm: a", m.MAV_SEVERITY_WARNING)),
+                    (4, text("PreArm: b")))
+    assert [(e.data["text"], e.data["severity"], e.internal) for e in evs] == [
+        ("PreArm: a", 6, False), ("PreArm: a", 6, True), ("PreArm: a", 4, False), ("PreArm: b", 6, False)]
+
+
+def test_a_window_without_repeats_ends_the_episode_without_a_summary() -> None:
+    v = TelemetryModel(vid="VID-001")
+    events_at(v, (1, text("Throttle high")))
+    v.flush_repeats(40 * S)
+    assert v.drain_events() == [] and not v.repeats_pending
+    # Without a tick in between, the next line after the window still counts as new.
+    events_at(v, (50, text("Throttle high")), (55, text("Throttle high")))
+    # At 200 s the window of the 50 s line (one repeat) ends: its summary, then the line as new.
+    assert [(e.data["count"], e.internal) for e in events_at(v, (200, text("Throttle high")))] == [(1, False), (1, False)]
