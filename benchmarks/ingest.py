@@ -132,7 +132,8 @@ async def run_ingest(
         sessions = [t.session for t in gw.twins.values()]
         m0 = sum(s.health().messages_in for s in sessions)
         p0 = gw.publisher.state_published
-        gw.publisher.latencies_ns.clear()
+        latencies_ns: list[int] = []
+        gw.publisher.on_state_ack = latencies_ns.append
         cpu0, t0 = time.process_time(), time.monotonic()
         simcpu0 = _proc_cpu_s(sim.pid)
         await anyio.sleep(args.duration)
@@ -141,7 +142,8 @@ async def run_ingest(
         simcpu = _proc_cpu_s(sim.pid) - simcpu0
         msgs = sum(s.health().messages_in for s in sessions) - m0
         pubs = gw.publisher.state_published - p0
-        lat = list(gw.publisher.latencies_ns)
+        gw.publisher.on_state_ack = None
+        lat = list(latencies_ns)
         expected = n * sum(cfg.rates_hz.values()) * wall
         result.update({
             "vehicles": n, "duration_s": round(wall, 2),

@@ -50,7 +50,7 @@ class VehicleConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CommandConfig:
+class CommandsConfig:
     """The `[commands]` table: TWIN_CMD consumer settings and the MAVLink command protocol settings.
 
     The protocol settings (`ack_timeout_s`, `retries`, `in_progress_timeout_s`)
@@ -115,7 +115,7 @@ class GatewayConfig:
     instance: str = field(default_factory=socket.gethostname)
     rates_hz: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES_HZ))
     link: LinkConfig = field(default_factory=LinkConfig)
-    commands: CommandConfig = field(default_factory=CommandConfig)
+    commands: CommandsConfig = field(default_factory=CommandsConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     event_budget: EventBudgetConfig = field(default_factory=EventBudgetConfig)
     state_dir: Path = Path(".mavjet/state")
@@ -304,7 +304,7 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         )
         link_raw["streams_hz"] = streams
     link = _section("link", LinkConfig, link_raw)
-    commands = _section("commands", CommandConfig, _typed("commands", raw.get("commands", {}), dict))
+    commands = _section("commands", CommandsConfig, _typed("commands", raw.get("commands", {}), dict))
 
     metrics_raw = _typed("metrics", raw.get("metrics", {}), dict)
     _check_keys("metrics", metrics_raw, {"host", "port"})

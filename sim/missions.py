@@ -46,7 +46,7 @@ NAV_WAYPOINT: Final = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MissionItem:
+class SimMissionItem:
     """One stored item, as MISSION_ITEM_INT carries it (x/y are degE7 for global frames)."""
 
     seq: int
@@ -72,7 +72,7 @@ class MissionItem:
         return self.y / 1e7
 
     @classmethod
-    def from_msg(cls, msg: Any) -> MissionItem:
+    def from_msg(cls, msg: Any) -> SimMissionItem:
         is_int = msg.get_type() == "MISSION_ITEM_INT"
         x = int(msg.x) if is_int else round(msg.x * 1e7)
         y = int(msg.y) if is_int else round(msg.y * 1e7)
@@ -152,7 +152,7 @@ _NAN_P4_OK: Final = frozenset({M.MAV_CMD_NAV_WAYPOINT, M.MAV_CMD_NAV_LAND, M.MAV
 TERRAIN_FRAMES: Final = frozenset({M.MAV_FRAME_GLOBAL_TERRAIN_ALT, M.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT})
 
 
-def ardupilot_refusal(item: MissionItem) -> int | None:
+def ardupilot_refusal(item: SimMissionItem) -> int | None:
     """The MISSION_ACK error ArduPilot answers for `item`, or None when it stores it."""
     if item.mission_type == RALLY:
         if item.frame not in (3, 6):
@@ -172,7 +172,7 @@ def ardupilot_refusal(item: MissionItem) -> int | None:
     return None
 
 
-def ardupilot_form(item: MissionItem) -> MissionItem:
+def ardupilot_form(item: SimMissionItem) -> SimMissionItem:
     """What ArduPilot stores of `item`, i.e. what a download returns."""
     if item.mission_type == FENCE:
         p1 = _uint(item.param1, 8) if item.command in (5001, 5002) else _keep(item.param1)
@@ -198,7 +198,7 @@ class _Upload:
     mission_type: int
     count: int
     partner: tuple[int, int]
-    items: list[MissionItem]
+    items: list[SimMissionItem]
     last_progress: float
     last_request: float
 
@@ -214,20 +214,20 @@ class MissionServer:
         self.ardupilot = ardupilot  # store items in ArduPilot's form and refuse what it refuses
         self.retry_s = retry_s
         self.timeout_s = timeout_s
-        self.lists: dict[int, list[MissionItem]] = {t: [] for t in TYPES}
+        self.lists: dict[int, list[SimMissionItem]] = {t: [] for t in TYPES}
         self.upload: _Upload | None = None
-        self.home_item: MissionItem | None = None  # reported as MISSION seq 0
+        self.home_item: SimMissionItem | None = None  # reported as MISSION seq 0
         self.uploads_completed = 0
         self.rerequests = 0
         self.changed: set[int] = set()  # mission types committed since the owner last looked
 
     # --- what the vehicle reports -------------------------------------------------
-    def items(self, mission_type: int) -> list[MissionItem]:
+    def items(self, mission_type: int) -> list[SimMissionItem]:
         """The list as a download would return it (MISSION seq 0 = live home)."""
         stored = self.lists.get(mission_type, [])
         if mission_type != MISSION:
             return list(stored)
-        home = self.home_item or MissionItem(seq=0, frame=mavlink2.MAV_FRAME_GLOBAL, command=NAV_WAYPOINT)
+        home = self.home_item or SimMissionItem(seq=0, frame=mavlink2.MAV_FRAME_GLOBAL, command=NAV_WAYPOINT)
         return [replace(home, seq=0), *stored[1:]]
 
     def count(self, mission_type: int) -> int:
@@ -260,7 +260,7 @@ class MissionServer:
         seq = int(msg.seq)
         if seq != len(up.items):
             return []  # duplicate or out of order: the re-request timer asks again
-        item = MissionItem.from_msg(msg)
+        item = SimMissionItem.from_msg(msg)
         if item.frame not in _FRAMES:
             self.upload = None
             return [_ack(partner, mavlink2.MAV_MISSION_UNSUPPORTED_FRAME, mtype)]
@@ -331,7 +331,7 @@ class MissionServer:
         # always the _INT request, as ArduPilot does; legacy MISSION_ITEM answers are accepted too
         return mavlink2.MAVLink_mission_request_int_message(up.partner[0], up.partner[1], len(up.items), up.mission_type)
 
-    def _commit(self, mission_type: int, items: list[MissionItem]) -> None:
+    def _commit(self, mission_type: int, items: list[SimMissionItem]) -> None:
         self.lists[mission_type] = list(items)
         self.changed.add(mission_type)
 

@@ -27,8 +27,8 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from sim import encoder as enc
 from sim import geo, params, streams
-from sim.missions import FENCE, MISSION, MissionItem, MissionServer
-from sim.modes import Flavour, Mode, px4_custom
+from sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
+from sim.modes import Mode, SimFlavour, px4_custom
 
 MAX_DT: Final = 0.1  # physics and telemetry resolution, sim seconds
 FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
@@ -76,7 +76,7 @@ class VehicleOptions:
     """Per-vehicle settings the fleet derives from `SimConfig`."""
 
     sysid: int
-    flavour: Flavour
+    flavour: SimFlavour
     lat_deg: float
     lon_deg: float
     ground_amsl_m: float
@@ -288,12 +288,12 @@ class VehicleModel:
         return IN_AIR
 
     @property
-    def mission(self) -> list[MissionItem]:
+    def mission(self) -> list[SimMissionItem]:
         """The MISSION list as a download returns it (seq 0 is the live home)."""
         return self.missions.items(MISSION)
 
     @property
-    def fence_items(self) -> list[MissionItem]:
+    def fence_items(self) -> list[SimMissionItem]:
         return self.missions.items(FENCE)
 
     @property
@@ -957,7 +957,7 @@ class VehicleModel:
         return self._land(dt)
 
     # ------------------------------------------------------------------ AUTO
-    def _mission(self) -> list[MissionItem]:
+    def _mission(self) -> list[SimMissionItem]:
         return self.missions.items(MISSION)
 
     def _auto_start(self, seq: int) -> None:
@@ -982,7 +982,7 @@ class VehicleModel:
         items = self._mission()
         return 0 < self.mission_seq < len(items) and items[self.mission_seq].command == R.MAV_CMD_NAV_TAKEOFF
 
-    def _item_alt(self, item: MissionItem) -> float:
+    def _item_alt(self, item: SimMissionItem) -> float:
         return self._rel_alt(item.z, item.frame)
 
     def _rel_alt(self, z: float, frame: int) -> float:
@@ -1022,7 +1022,7 @@ class VehicleModel:
         if reached is not None:
             self._reached(reached)
 
-    def _run_item(self, item: MissionItem, dt: float) -> bool:
+    def _run_item(self, item: SimMissionItem, dt: float) -> bool:
         cmd = item.command
         if cmd >= _NAV_CMDS_MAX:  # DO_/CONDITION_ commands
             if cmd == R.MAV_CMD_DO_CHANGE_SPEED and item.param2 > 0:
@@ -1179,7 +1179,7 @@ class VehicleModel:
     # ------------------------------------------------------------------ telemetry
     def _set_home(self, lat: float, lon: float, amsl: float) -> None:
         self.home = (lat, lon, amsl)
-        self.missions.home_item = MissionItem(
+        self.missions.home_item = SimMissionItem(
             seq=0, frame=R.MAV_FRAME_GLOBAL, command=R.MAV_CMD_NAV_WAYPOINT, x=round(lat * 1e7), y=round(lon * 1e7), z=amsl
         )
         self._send(self._home_position())

@@ -33,7 +33,7 @@ class Mode:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Flavour:
+class SimFlavour:
     name: str
     autopilot: int  # HEARTBEAT.autopilot
     modes: tuple[Mode, ...]
@@ -68,7 +68,7 @@ def _ap(name: str, number: int, behaviour: Behaviour, *, armable: bool, pos: boo
     return Mode(name=name, custom_mode=number, behaviour=behaviour, armable=armable, needs_position=pos, user_takeoff=takeoff)
 
 
-ARDUPILOT: Final = Flavour(
+ARDUPILOT: Final = SimFlavour(
     name="ardupilot",
     autopilot=mavlink2.MAV_AUTOPILOT_ARDUPILOTMEGA,
     modes=(
@@ -94,7 +94,7 @@ ARDUPILOT: Final = Flavour(
     version=(4, 5, 7),
 )
 
-PX4: Final = Flavour(
+PX4: Final = SimFlavour(
     name="px4",
     autopilot=mavlink2.MAV_AUTOPILOT_PX4,
     modes=(

@@ -28,7 +28,7 @@ _INT_RANGES: Final = {INT8: (-128, 127), INT16: (-32768, 32767), INT32: (-(2**31
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ParamSpec:
+class SimParamSpec:
     name: str
     default: float
     type: int
@@ -96,12 +96,12 @@ _TABLE: Final[tuple[tuple[str, float, int], ...]] = (
     ("SERIAL0_PROTOCOL", 2, INT8),
 )
 
-SPECS: Final[tuple[ParamSpec, ...]] = tuple(ParamSpec(name=n, default=float(d), type=t) for n, d, t in _TABLE)
+SPECS: Final[tuple[SimParamSpec, ...]] = tuple(SimParamSpec(name=n, default=float(d), type=t) for n, d, t in _TABLE)
 INDEX: Final[dict[str, int]] = {s.name: i for i, s in enumerate(SPECS)}
-BY_NAME: Final[dict[str, ParamSpec]] = {s.name: s for s in SPECS}
+BY_NAME: Final[dict[str, SimParamSpec]] = {s.name: s for s in SPECS}
 
 
-def coerce(spec: ParamSpec, value: float) -> float:
+def coerce(spec: SimParamSpec, value: float) -> float:
     """The value as the autopilot would store it: integers rounded and clamped to the type."""
     if spec.type == REAL32:
         return float(value)

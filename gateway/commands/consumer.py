@@ -34,7 +34,7 @@ from nats.js.errors import NotFoundError
 from drivers.mavlink.backoff import Backoff
 from gateway.commands.executor import CommandExecutor
 from gateway.commands.ledger import Ledger
-from gateway.config import CommandConfig, GatewayConfig
+from gateway.config import CommandsConfig, GatewayConfig
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, command_consumer
 from gateway.services import ServiceContext, VehicleHandle
 
@@ -48,7 +48,7 @@ def durable_name(vid: str) -> str:
     return command_consumer(vid)
 
 
-def consumer_config(env: str, vid: str, cfg: CommandConfig) -> ConsumerConfig:
+def consumer_config(env: str, vid: str, cfg: CommandsConfig) -> ConsumerConfig:
     name = durable_name(vid)
     return ConsumerConfig(
         name=name,
@@ -79,7 +79,7 @@ def _drifted(have: ConsumerConfig, want: ConsumerConfig) -> list[str]:
     return out
 
 
-async def ensure_consumer(js: JetStreamContext, env: str, vid: str, cfg: CommandConfig) -> ConsumerInfo:
+async def ensure_consumer(js: JetStreamContext, env: str, vid: str, cfg: CommandsConfig) -> ConsumerInfo:
     """Create the vehicle's consumer if missing, update it if its settings drifted from config."""
     want = consumer_config(env, vid, cfg)
     info: ConsumerInfo | None

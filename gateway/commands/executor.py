@@ -44,9 +44,9 @@ from nats.aio.msg import Msg
 
 from gateway.commands.actions import ActionContext, Outcome, run_action
 from gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
-from gateway.commands.recovery import CONFIRMED_DETAIL, Verdict
+from gateway.commands.recovery import CONFIRMED_DETAIL, RecoveryVerdict
 from gateway.commands.spec import CommandDef, decode
-from gateway.config import CommandConfig
+from gateway.config import CommandsConfig
 from gateway.contract import envelope
 from gateway.contract.commands import (
     CATALOGUE,
@@ -76,7 +76,7 @@ class Disposition(StrEnum):
     DUPLICATE = "duplicate"  # already in the ledger: acked without executing again
 
 
-def keepalive_interval_s(cfg: CommandConfig) -> float:
+def keepalive_interval_s(cfg: CommandsConfig) -> float:
     """How often to send `in_progress` while a command runs.
 
     With a BackOff list the server's ack timer for a delivery is a BackOff
@@ -96,7 +96,7 @@ class CommandExecutor:
         *,
         nats: NatsAccess,
         metrics: GatewayMetrics,
-        cfg: CommandConfig,
+        cfg: CommandsConfig,
         env: str,
     ) -> None:
         self.vehicle = vehicle
@@ -218,7 +218,7 @@ class CommandExecutor:
                     attempt_age_s=round(age_s, 1), rule=rule.rule, delivered=delivered)
         not_resent = f"in flight when its gateway stopped ({age_s:.1f} s ago); not re-sent"
         session = self.vehicle.session
-        verdict: Verdict | None = None
+        verdict: RecoveryVerdict | None = None
         why = ""
         if session.is_up and self.vehicle.telemetry.armed is not None:
             await session.wait_heartbeat()  # judge on the vehicle's state now, not a model from before
@@ -227,16 +227,16 @@ class CommandExecutor:
             except LinkError:
                 verdict = None
             except Exception as exc:  # a failed read (timeout, refused, missing plan) leaves the state unknown
-                verdict, why = Verdict.UNKNOWN, f": reading the vehicle failed ({type(exc).__name__}: {exc})"
+                verdict, why = RecoveryVerdict.UNKNOWN, f": reading the vehicle failed ({type(exc).__name__}: {exc})"
         if verdict is None:  # the vehicle cannot be read now: later, while time is left
             past = deadline_ns is not None and time.time_ns() > deadline_ns
             if not past and delivered < self.cfg.max_deliver:
                 await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
                 return Disposition.NAK
             out = Outcome(result=CmdResult.UNKNOWN, detail=f"{not_resent}: the vehicle could not be read")
-        elif verdict is Verdict.DONE:
+        elif verdict is RecoveryVerdict.DONE:
             out = Outcome(result=CmdResult.ACCEPTED, detail=CONFIRMED_DETAIL)
-        elif verdict is Verdict.NOT_DONE and rule.resend:
+        elif verdict is RecoveryVerdict.NOT_DONE and rule.resend:
             expired = self._expired(msg, cmd, deadline_ns, delivered, "; the vehicle shows it did not take effect")
             if expired is not None:
                 await expired

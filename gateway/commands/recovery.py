@@ -38,13 +38,13 @@ GOTO_RADIUS_M = 5.0  # horizontal distance from the target that counts as "there
 GOTO_ALT_M = 3.0
 
 
-class Verdict(StrEnum):
+class RecoveryVerdict(StrEnum):
     DONE = "done"
     NOT_DONE = "not_done"
     UNKNOWN = "unknown"
 
 
-Observe = Callable[[Command, ActionContext], Awaitable[Verdict]]
+Observe = Callable[[Command, ActionContext], Awaitable[RecoveryVerdict]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,37 +56,37 @@ class Recovery:
     rule: str  # the rule in words (docs/commands.md, logs)
 
 
-def _verdict(done: bool | None) -> Verdict:
-    return Verdict.UNKNOWN if done is None else Verdict.DONE if done else Verdict.NOT_DONE
+def _verdict(done: bool | None) -> RecoveryVerdict:
+    return RecoveryVerdict.UNKNOWN if done is None else RecoveryVerdict.DONE if done else RecoveryVerdict.NOT_DONE
 
 
-async def unobservable(cmd: Command, ctx: ActionContext) -> Verdict:
-    return Verdict.UNKNOWN
+async def unobservable(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
+    return RecoveryVerdict.UNKNOWN
 
 
-async def no_effect(cmd: Command, ctx: ActionContext) -> Verdict:
-    return Verdict.NOT_DONE  # a read: nothing on the vehicle to confirm, reading again is harmless
+async def no_effect(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
+    return RecoveryVerdict.NOT_DONE  # a read: nothing on the vehicle to confirm, reading again is harmless
 
 
 def armed_is(want: bool) -> Observe:
-    async def observe(cmd: Command, ctx: ActionContext) -> Verdict:
+    async def observe(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
         armed = ctx.vehicle.telemetry.armed
         return _verdict(None if armed is None else armed == want)
 
     return observe
 
 
-async def mode_is_requested(cmd: Command, ctx: ActionContext) -> Verdict:
+async def mode_is_requested(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
     mode = ctx.vehicle.telemetry.mode
     if mode is None:
-        return Verdict.UNKNOWN
+        return RecoveryVerdict.UNKNOWN
     return _verdict(mode.upper() == check_mode(str(cmd.params["mode"]), ctx.vehicle.telemetry.modes))
 
 
 def mode_contains(word: str) -> Observe:
     """The vehicle is in a mode named for the command (LAND, RTL, AUTO...; PX4's AUTO.RTL too)."""
 
-    async def observe(cmd: Command, ctx: ActionContext) -> Verdict:
+    async def observe(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
         mode = ctx.vehicle.telemetry.mode
         return _verdict(None if mode is None else word in mode.upper())
 
@@ -97,49 +97,49 @@ def mode_contains_or_unknown(word: str) -> Observe:
     """As `mode_contains`, but a vehicle in another mode is UNKNOWN (it may have left the mode since)."""
     inner = mode_contains(word)
 
-    async def observe(cmd: Command, ctx: ActionContext) -> Verdict:
+    async def observe(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
         seen = await inner(cmd, ctx)
-        return Verdict.DONE if seen is Verdict.DONE else Verdict.UNKNOWN
+        return RecoveryVerdict.DONE if seen is RecoveryVerdict.DONE else RecoveryVerdict.UNKNOWN
 
     return observe
 
 
-async def airborne(cmd: Command, ctx: ActionContext) -> Verdict:
+async def airborne(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
     # In the air: the takeoff took effect. On the ground it may still be spooling up: UNKNOWN, never NOT_DONE.
-    return Verdict.DONE if is_airborne(ctx.vehicle.telemetry.landed_state) else Verdict.UNKNOWN
+    return RecoveryVerdict.DONE if is_airborne(ctx.vehicle.telemetry.landed_state) else RecoveryVerdict.UNKNOWN
 
 
-async def at_target(cmd: Command, ctx: ActionContext) -> Verdict:
+async def at_target(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
     snap = ctx.vehicle.telemetry.snapshot()
     lat, lon, alt = snap.get("lat_deg"), snap.get("lon_deg"), snap.get("alt_m")
     if lat is None or lon is None or alt is None:
-        return Verdict.UNKNOWN
+        return RecoveryVerdict.UNKNOWN
     dn = math.radians(float(cmd.params["lat_deg"]) - float(lat)) * 6_371_000.0
     de = math.radians(float(cmd.params["lon_deg"]) - float(lon)) * 6_371_000.0 * math.cos(math.radians(float(lat)))
     there = math.hypot(dn, de) <= GOTO_RADIUS_M and abs(float(cmd.params["alt_m"]) - float(alt)) <= GOTO_ALT_M
     # Not there yet may mean "on its way": UNKNOWN, never NOT_DONE.
-    return Verdict.DONE if there else Verdict.UNKNOWN
+    return RecoveryVerdict.DONE if there else RecoveryVerdict.UNKNOWN
 
 
-async def param_has_value(cmd: Command, ctx: ActionContext) -> Verdict:
+async def param_has_value(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
     pv = await ctx.vehicle.session.read_param(str(cmd.params["name"]))
     want = float(cmd.params["value"])
     # PARAM_VALUE carries a float32: compare at that precision.
     return _verdict(math.isclose(pv.value, want, rel_tol=1e-6, abs_tol=1e-6))
 
 
-async def mission_matches_plan(cmd: Command, ctx: ActionContext) -> Verdict:
+async def mission_matches_plan(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
     plan = await fetch_plan(ctx.nats.js, str(cmd.params["object"]))
     session = ctx.vehicle.session
     for mission_type, items in ((MISSION, plan.mission), (FENCE, plan.fence), (RALLY, plan.rally)):
         if mission_type != MISSION and not items:
             continue
         if digest(await session.download_mission(mission_type)) != digest(items):
-            return Verdict.NOT_DONE
-    return Verdict.DONE
+            return RecoveryVerdict.NOT_DONE
+    return RecoveryVerdict.DONE
 
 
-async def mission_empty(cmd: Command, ctx: ActionContext) -> Verdict:
+async def mission_empty(cmd: Command, ctx: ActionContext) -> RecoveryVerdict:
     return _verdict(digest(await ctx.vehicle.session.download_mission(MISSION)) == digest([]))
 
 

@@ -35,6 +35,9 @@ MAX_ISSUER_LEN = 128
 PARAM_NAME = re.compile(r"^[A-Z0-9_]{1,16}$")
 OBJECT_NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_\-./]{0,254}$")
 ALT_RANGE_M = (1.0, 500.0)
+# The largest finite IEEE-754 single: a MAVLink parameter value travels as a float32, so a
+# larger magnitude (1e308) cannot be sent at all and is the body's fault, not the vehicle's.
+FLOAT32_MAX = 3.4028234663852886e38
 BODY_KEYS = frozenset({"id", "issued", "deadline", "params", "issuer"})
 # A command id becomes part of a Nats-Msg-Id header and of the result's msg id: no spaces, no control characters.
 COMMAND_ID = re.compile(rf"^[\x21-\x7e]{{1,{MAX_ID_LEN}}}$")
@@ -115,6 +118,7 @@ class ParamSpec:
     pattern: re.Pattern[str] | None = None
     pattern_text: str = ""
     default: Any = None
+    float32: bool = False  # the value travels as a MAVLink float32 (PARAM_SET): bounded by FLOAT32_MAX
 
     def check(self, command: str, value: Any) -> Any:
         """Return the normalised value, or raise CommandInvalid saying what is wrong."""
@@ -134,6 +138,8 @@ class ParamSpec:
         number = float(value)
         if not math.isfinite(number):
             raise CommandInvalid(f"{where} must be finite, got {quote(value)}")
+        if self.float32 and abs(number) > FLOAT32_MAX:
+            raise CommandInvalid(f"{where} {number:g} does not fit a MAVLink float32 (|value| <= {FLOAT32_MAX:.7g})")
         if self.kind is int and not number.is_integer():
             raise CommandInvalid(f"{where} must be an integer, got {quote(value)}")
         unit = f" {self.unit}" if self.unit else ""
@@ -216,7 +222,7 @@ CATALOGUE: dict[str, CommandSpec] = {
         CommandSpec(name=_N.SET_MODE, summary="switch flight mode (names from the flavour's table)", params=(MODE,)),
         CommandSpec(name=_N.GOTO, summary="fly to lat_deg/lon_deg at alt_m above home", params=(LAT, LON, _alt())),
         CommandSpec(name=_N.PARAM_SET, summary="set a parameter and confirm the value",
-                    params=(PARAM_ID, ParamSpec(name="value", kind=float))),
+                    params=(PARAM_ID, ParamSpec(name="value", kind=float, float32=True))),
         CommandSpec(name=_N.PARAM_GET, summary="read a parameter", params=(PARAM_ID,)),
         CommandSpec(name=_N.MISSION_UPLOAD, summary="upload a .plan from TWIN_BLOBS and verify it", params=(OBJECT,)),
         CommandSpec(name=_N.MISSION_CLEAR, summary="clear the vehicle's mission"),

@@ -13,7 +13,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerInfo
 
 from gateway.commands.consumer import CommandService
-from gateway.config import CommandConfig
+from gateway.config import CommandsConfig
 from gateway.contract import envelope
 from gateway.contract.subjects import event_filter
 from gateway.daemon import Gateway
@@ -24,7 +24,7 @@ from tests.support.gateway import ENV, collect_events, gateway_config, running
 from tests.support.wait import WaitTimeout, wait_for, wait_for_async
 
 # Fast but realistic: short ACK timeout, quick redelivery, no BackOff list unless a test wants one.
-TEST_COMMANDS = CommandConfig(
+TEST_COMMANDS = CommandsConfig(
     ack_wait_s=5.0, max_deliver=6, backoff_s=(), ack_timeout_s=0.5, retries=2, in_progress_timeout_s=10.0,
     in_progress_interval_s=1.0, nak_delay_s=0.3, fetch_timeout_s=1.0,
 )
@@ -71,7 +71,7 @@ async def command_rig(
     state_dir: Path,
     *,
     vehicles: int = 1,
-    commands: CommandConfig = TEST_COMMANDS,
+    commands: CommandsConfig = TEST_COMMANDS,
     sim: SimConfig | None = None,
     configure: Callable[[Gateway], None] | None = None,
 ) -> AsyncIterator[Rig]:
