@@ -11,6 +11,7 @@ BENCHMARKS = {
     "commands": "benchmarks.commands",
     "shadow": "benchmarks.shadow",
     "replay": "benchmarks.replay",
+    "compare": "benchmarks.compare",
 }
 
 

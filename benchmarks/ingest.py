@@ -181,7 +181,17 @@ def ingest_main(argv: list[str]) -> int:
     p.add_argument("--baseline-seconds", type=float, default=3.0)
     p.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-ingest-N.json)")
+    p.add_argument("--compare", metavar="REF", help="run this benchmark from git REF and from the working tree "
+                   "alternately and print both with their ratio (mavjet bench compare)")
+    p.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each side (default %(default)s)")
     args = p.parse_args(argv)
+    if args.compare:
+        from benchmarks.compare import compare
+
+        # The same benchmark options for both sides; --json names the comparison's own file.
+        rest = ["--vehicles", str(args.vehicles), "--duration", str(args.duration), "--warmup", str(args.warmup),
+                "--baseline-seconds", str(args.baseline_seconds), *(["--uvloop"] if args.uvloop else [])]
+        return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json)
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-")

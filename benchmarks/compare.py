@@ -1,0 +1,133 @@
+"""`mavjet bench compare REF -- NAME [options]`: a benchmark, old code against new, in one run.
+
+These machines' speed varies up to 3x between hours, so figures from different
+runs cannot be compared. This runs benchmark NAME from a git ref (checked out
+in a temporary worktree, run with its own code on `PYTHONPATH`) and from the
+working tree alternately, `--rounds` times each, then prints both means and
+their ratio for every numeric figure the two JSON reports share, and writes
+them to `bench-compare-NAME.json`. `mavjet bench ingest --compare REF ...`
+is the same thing for the ingest benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+# Run the ref's own dispatcher: older refs have no entry points, newer ones do.
+_REF_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _git(*args: str, cwd: Path) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"mavjet bench compare: git {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip()
+
+
+def _numbers(report: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flatten a report to its numeric figures (`ceiling.msgs_per_s` for nested ones)."""
+    flat: dict[str, float] = {}
+    for key, value in report.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            flat[name] = float(value)
+        elif isinstance(value, dict):
+            flat.update(_numbers(value, prefix=f"{name}."))
+    return flat
+
+
+def summarise(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per shared numeric figure: the mean of each side and new/ref (None where ref is 0)."""
+    ref = [_numbers(r) for r in ref_runs]
+    new = [_numbers(r) for r in new_runs]
+    keys = [k for k in ref[0] if all(k in r for r in ref) and all(k in n for n in new)] if ref and new else []
+    out: dict[str, dict[str, float | None]] = {}
+    for key in keys:
+        a = mean(r[key] for r in ref)
+        b = mean(n[key] for n in new)
+        out[key] = {"ref": round(a, 3), "new": round(b, 3), "ratio": round(b / a, 3) if a else None}
+    return out
+
+
+def _run(label: str, cmd: list[str], *, cwd: Path, env: dict[str, str], out: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    print(f"  {label}: {' '.join(cmd[3:] if cmd[1] == '-c' else cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0 or not out.exists():
+        tail = proc.stdout.decode(errors="replace").strip().splitlines()[-5:]
+        raise SystemExit(f"mavjet bench compare: {label} failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    print(f"  {label}: done in {time.monotonic() - started:.0f} s", flush=True)
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None) -> int:
+    root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
+    sha = _git("rev-parse", "--short", f"{ref}^{{commit}}", cwd=root)
+    tmp = Path(tempfile.mkdtemp(prefix="mavjet-compare-"))
+    tree = tmp / "ref"
+    _git("worktree", "add", "--detach", str(tree), sha, cwd=root)
+    ref_runs: list[dict[str, Any]] = []
+    new_runs: list[dict[str, Any]] = []
+    try:
+        for i in range(1, rounds + 1):
+            print(f"round {i}/{rounds}", flush=True)
+            # Alternate which side goes first so a drift in machine load does not favour one.
+            order = ("ref", "new") if i % 2 else ("new", "ref")
+            for side in order:
+                report = tmp / f"{side}-{i}.json"
+                if side == "ref":
+                    env = {**os.environ, "PYTHONPATH": str(tree)}
+                    cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
+                    ref_runs.append(_run(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
+                else:
+                    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                    cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
+                    new_runs.append(_run("working tree", cmd, cwd=root, env=env, out=report))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True, check=False)
+    table = summarise(ref_runs, new_runs)
+    width = max((len(k) for k in table), default=10) + 2
+    print(f"\n{'figure':<{width}} {ref + ' (' + sha + ')':>18} {'working tree':>14} {'new/ref':>8}")
+    for key, row in table.items():
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        print(f"{key:<{width}} {row['ref']:>18} {row['new']:>14} {ratio:>8}")
+    path = out or Path(f"bench-compare-{name}.json")
+    path.write_text(json.dumps({"ref": ref, "sha": sha, "benchmark": name, "args": bench_args, "rounds": rounds,
+                                "ref_runs": ref_runs, "new_runs": new_runs, "summary": table}, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="mavjet bench compare",
+        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] REF -- NAME [options]",
+        description="Run a benchmark from a git ref and from the working tree alternately; print both and the ratio.",
+        epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
+    )
+    p.add_argument("ref", help="git ref of the code to compare against (a commit, tag or branch)")
+    p.add_argument("--rounds", type=int, default=2, help="runs of each side (default %(default)s)")
+    p.add_argument("--json", type=Path, default=None, help="write the comparison here (default bench-compare-NAME.json)")
+    # Everything after `--` is the benchmark's: split before argparse sees it.
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:cut])
+    rest = argv[cut + 1:]
+    if not rest:
+        p.error("name the benchmark after --, e.g. -- ingest --vehicles 100")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if "--json" in rest:
+        p.error("the benchmark's --json is set by compare; use compare's own --json")
+    return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json)

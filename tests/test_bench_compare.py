@@ -1,0 +1,46 @@
+"""`mavjet bench compare`: the summary is pure; the run is checked end to end on a tiny benchmark."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.compare import summarise
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_summary_means_each_side_and_gives_new_over_ref() -> None:
+    ref = [{"msgs": 100, "lat": {"p50": 2.0}, "ok": True, "name": "x"}, {"msgs": 300, "lat": {"p50": 4.0}}]
+    new = [{"msgs": 150, "lat": {"p50": 1.0}}, {"msgs": 250, "lat": {"p50": 2.0}, "extra": 1}]
+    table = summarise(ref, new)
+    assert table["msgs"] == {"ref": 200.0, "new": 200.0, "ratio": 1.0}
+    assert table["lat.p50"] == {"ref": 3.0, "new": 1.5, "ratio": 0.5}
+    assert "ok" not in table and "name" not in table and "extra" not in table
+
+
+def test_summary_of_a_zero_reference_has_no_ratio() -> None:
+    assert summarise([{"dropped": 0}], [{"dropped": 3}])["dropped"]["ratio"] is None
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
+    # HEAD against the working tree, on the smallest ingest run: proves the worktree, the
+    # PYTHONPATH switch and the table, not speed.
+    out = tmp_path / "cmp.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
+         "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=150, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert len(data["ref_runs"]) == 1 and len(data["new_runs"]) == 1
+    assert data["summary"]["vehicles"] == {"ref": 2.0, "new": 2.0, "ratio": 1.0}
+    assert "new/ref" in proc.stdout
+    listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "mavjet-compare-" not in listed  # the temporary worktree is gone
