@@ -44,46 +44,121 @@ def _num(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+def nice_ticks(vmax: float, *, integer: bool = False, max_ticks: int = 6) -> list[float]:
+    """Ticks 0..>= vmax at a step of 1, 2 or 5 x 10^k, at most `max_ticks` + 1 of them.
+
+    With `integer` the step is at least 1, so a count axis never shows 0.5
+    (what matplotlib's MaxNLocator(integer=True) does).
+    """
+    vmax = max(float(vmax), 1.0 if integer else 1e-9)
+    raw = vmax / max_ticks
+    mag = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1.0, 2.0, 5.0, 10.0) if m * mag >= raw)
+    if integer:
+        step = max(1.0, float(math.ceil(step)))
+    n = math.ceil(vmax / step - 1e-9)
+    return [round(i * step, 10) for i in range(n + 1)]
+
+
+def _tick_text(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() else f"{v:,.2g}"
+
+
+# Width of one character at font-size 10 in a sans-serif face, generously:
+# used to space date labels so that neighbours never overlap.
+CHAR_W_10PX = 6.5
+
+
+def label_step(labels: Sequence[str], slot_w: float, *, font_px: float = 10.0, gap_px: float = 8.0) -> int:
+    """Show every n-th label so that labels `slot_w` apart do not overlap."""
+    if not labels:
+        return 1
+    need = max(len(x) for x in labels) * CHAR_W_10PX * font_px / 10.0 + gap_px
+    return max(1, math.ceil(need / max(slot_w, 1e-9)))
+
+
 def bar_chart(
-    items: Sequence[tuple[str, float]], *, title: str, unit: str = "", width: int = 720, bar_h: int = 16
+    items: Sequence[tuple[str, float]],
+    *,
+    title: str,
+    unit: str = "",
+    width: int = 720,
+    bar_h: int = 16,
+    x_label: str = "",
+    y_label: str = "",
+    integer: bool = True,
 ) -> str:
-    """Horizontal bars, one per (label, value)."""
+    """Horizontal bars, one per (label, value), with a value axis (integer ticks for counts)."""
     if not items:
         return f"<figure><figcaption>{_e(title)}</figcaption><p class=empty>no data</p></figure>"
-    label_w, pad = 140, 60
-    vmax = max(v for _, v in items) or 1.0
-    h = len(items) * (bar_h + 4) + 10
+    label_w, pad, top = 140, 60, 5
+    ticks = nice_ticks(max(v for _, v in items), integer=integer)
+    vmax = ticks[-1] or 1.0
+    plot_w = width - label_w - pad
+    plot_h = len(items) * (bar_h + 4)
+    h = top + plot_h + 40
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img">']
-    for i, (label, v) in enumerate(items):
-        y = 5 + i * (bar_h + 4)
-        w = max(1.0, (width - label_w - pad) * v / vmax)
+    for t in ticks:
+        x = label_w + plot_w * t / vmax
         parts.append(
-            f'<text x="{label_w - 6}" y="{y + bar_h - 4}" text-anchor="end" font-size="11">{_e(label)}</text>'
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="#ddd"/>'
+            f'<text class="tick-x" x="{x:.1f}" y="{top + plot_h + 12}" text-anchor="middle" font-size="10">'
+            f"{_tick_text(t)}</text>"
+        )
+    for i, (label, v) in enumerate(items):
+        y = top + i * (bar_h + 4)
+        w = max(1.0, plot_w * v / vmax)
+        parts.append(
+            f'<text class="category" x="{label_w - 6}" y="{y + bar_h - 4}" text-anchor="end" font-size="11">'
+            f"{_e(label)}</text>"
             f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{PALETTE[0]}"><title>'
             f"{_e(label)}: {_num(v)} {_e(unit)}</title></rect>"
             f'<text x="{label_w + w + 4:.1f}" y="{y + bar_h - 4}" font-size="11">{_num(v)}</text>'
+        )
+    if x_label:
+        parts.append(
+            f'<text class="axis-label-x" x="{label_w + plot_w / 2:.1f}" y="{h - 8}" text-anchor="middle" '
+            f'font-size="11">{_e(x_label)}</text>'
+        )
+    if y_label:
+        parts.append(
+            f'<text class="axis-label-y" x="4" y="{h - 8}" font-size="11">{_e(y_label)}</text>'
         )
     parts.append("</svg>")
     return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
 
 
 def stacked_columns(
-    days: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str, width: int = 720, height: int = 240
+    days: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    *,
+    title: str,
+    width: int = 720,
+    height: int = 240,
+    y_label: str = "count",
+    x_label: str = "day (UTC)",
+    integer: bool = True,
 ) -> str:
-    """Vertical stacked columns over days, one colour per series, with a legend."""
+    """Vertical stacked columns over days, one colour per series, with a legend.
+
+    The y axis has integer ticks when the values are counts, and date labels
+    are thinned so that neighbours never overlap.
+    """
     if not days:
         return f"<figure><figcaption>{_e(title)}</figcaption><p class=empty>no data</p></figure>"
-    left, bottom, top = 40, 40, 10
+    left, bottom, top = 56, 44, 10
     plot_w, plot_h = width - left - 10, height - bottom - top
     totals = [sum(s[i] for s in series.values()) for i in range(len(days))]
-    vmax = max(totals) or 1.0
+    ticks = nice_ticks(max(totals), integer=integer, max_ticks=5)
+    vmax = ticks[-1] or 1.0
     col_w = plot_w / len(days)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 20}" role="img">']
-    for frac in (0.0, 0.5, 1.0):
-        y = top + plot_h * (1 - frac)
+    for t in ticks:
+        y = top + plot_h * (1 - t / vmax)
         parts.append(
             f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
-            f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">{_num(vmax * frac, 0)}</text>'
+            f'<text class="tick-y" x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">'
+            f"{_tick_text(t)}</text>"
         )
     for i, day in enumerate(days):
         x = left + i * col_w
@@ -98,12 +173,19 @@ def stacked_columns(
                 f'<rect x="{x + 0.5:.1f}" y="{y:.1f}" width="{max(0.5, col_w - 1):.1f}" height="{hgt:.1f}" '
                 f'fill="{PALETTE[k % len(PALETTE)]}"><title>{_e(day)} {_e(name)}: {_num(v, 0)}</title></rect>'
             )
-    step = max(1, len(days) // 8)
+    step = label_step(days, col_w)
     for i in range(0, len(days), step):
         x = left + i * col_w + col_w / 2
         parts.append(
-            f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="middle" font-size="10">{_e(days[i])}</text>'
+            f'<text class="tick-x" x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="middle" font-size="10">'
+            f"{_e(days[i])}</text>"
         )
+    parts.append(
+        f'<text class="axis-label-x" x="{left + plot_w / 2:.1f}" y="{top + plot_h + 30}" text-anchor="middle" '
+        f'font-size="11">{_e(x_label)}</text>'
+        f'<text class="axis-label-y" transform="translate(12,{top + plot_h / 2:.1f}) rotate(-90)" '
+        f'text-anchor="middle" font-size="11">{_e(y_label)}</text>'
+    )
     parts.extend(_legend(series, x=left, y=height + 4, gap=20))
     parts.append("</svg>")
     return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
@@ -146,6 +228,10 @@ def grouped_log_bars(
                 f"<title>{_e(name)} {_e(sname)}: {_num(v)} {_e(unit)}</title></rect>"
                 f'<text x="{label_w + w + 3:.1f}" y="{y + bar_h - 1}" font-size="9">{_num(v)}</text>'
             )
+    parts.append(
+        f'<text class="axis-label-x" x="{width - 4}" y="{h - 10}" text-anchor="end" font-size="11">'
+        f"{_e(unit)}, log scale</text>"
+    )
     parts.extend(_legend(series, x=label_w, y=h - 10, gap=30))
     parts.append("</svg>")
     return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
@@ -191,9 +277,14 @@ def render(d: ReportData) -> str:
         f"<h1>{_e(d.title)}</h1><p>{_e(d.range_text)}</p>",
         "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(_num(v))}</dd>" for k, v in d.summary.items()) + "</dl>",
         "<h2>Flights per vehicle</h2>",
-        bar_chart(d.flights_per_vehicle, title="flights (vehicles with the most flights)", unit="flights"),
+        bar_chart(
+            d.flights_per_vehicle, title="flights (vehicles with the most flights)", unit="flights",
+            x_label="flights", y_label="vehicle",
+        ),
         "<h2>Failsafes over time</h2>",
-        stacked_columns(d.failsafe_days, d.failsafe_series, title="failsafes per day, by type"),
+        stacked_columns(
+            d.failsafe_days, d.failsafe_series, title="failsafes per day, by type", y_label="failsafes per day"
+        ),
         table(d.top_failsafe_vehicles, ["vid", "failsafes", "types"], title="vehicles with the most failsafes"),
         "<h2>Command latency</h2>",
         grouped_log_bars(

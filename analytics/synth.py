@@ -22,11 +22,11 @@ import asyncio
 import datetime as dt
 import math
 import random
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from analytics.truth import ChainTruth, CommandTruth, FailsafeTruth, FlightTruth, Truth
 from gateway.contract.envelope import CONTENT_TYPE, pack
 from gateway.contract.errors import ConfigError
 from gateway.contract.subjects import event_subject
@@ -85,59 +85,6 @@ class SynthEvent:
     type: str
     data: dict[str, Any]
     msg_id: str
-
-
-@dataclass(slots=True, kw_only=True)
-class FlightTruth:
-    vid: str
-    start_ns: int
-    end_ns: int
-    max_alt_m: float
-    distance_m: float
-    battery_used_pct: float
-    modes: list[str]
-    failsafes: list[str]
-
-
-@dataclass(slots=True, kw_only=True)
-class FailsafeTruth:
-    vid: str
-    time_ns: int
-    failsafe_type: str
-    landed_ns: int
-
-
-@dataclass(slots=True, kw_only=True)
-class CommandTruth:
-    vid: str
-    name: str
-    result: str
-    latency_ms: float
-
-
-@dataclass(slots=True, kw_only=True)
-class Truth:
-    """What was generated. Details are kept only when asked (they grow with the history)."""
-
-    keep_detail: bool = True
-    events: int = 0
-    by_type: Counter[str] = field(default_factory=Counter)
-    flights_by_vid: Counter[str] = field(default_factory=Counter)
-    failsafes_by_type: Counter[str] = field(default_factory=Counter)
-    commands_by_result: Counter[str] = field(default_factory=Counter)
-    flights: list[FlightTruth] = field(default_factory=list)
-    failsafes: list[FailsafeTruth] = field(default_factory=list)
-    commands: list[CommandTruth] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "events": self.events,
-            "flights": sum(self.flights_by_vid.values()),
-            "vehicles_with_flights": len(self.flights_by_vid),
-            "by_type": dict(sorted(self.by_type.items())),
-            "failsafes_by_type": dict(sorted(self.failsafes_by_type.items())),
-            "commands_by_result": dict(sorted(self.commands_by_result.items())),
-        }
 
 
 def haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "backup": "back up streams, KV history and objects to a directory",
     "restore": "restore a backup into a server",
     "migrate": "move the twin's streams to another cluster with mirrors",
+    "sign": "MAVLink 2 signing: make a key, provision it on a vehicle (SETUP_SIGNING)",
 }
 
 GROUP = "mavjet.commands"

@@ -42,6 +42,8 @@ class VehicleConfig:
     # MAVLink system id. Required when vehicles share one udp: port (an edge
     # hub receiving a fleet on 14550): the gateway tells them apart by it.
     sysid: int | None = None
+    # MAVLink 2 signing key (32 bytes, hex or raw); read by the vehicle twin. Set: sign and verify (docs/security.md).
+    signing_key_file: Path | None = None
 
     def __post_init__(self) -> None:
         check_token("vehicles.vid", self.vid)
@@ -268,13 +270,15 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     for i, v in enumerate(_typed("vehicles", raw.get("vehicles", []), list)):
         key = f"vehicles[{i}]"
         _typed(key, v, dict)
-        _check_keys(key, v, {"vid", "endpoint", "sysid"})
+        _check_keys(key, v, {"vid", "endpoint", "sysid", "signing_key_file"})
         if "vid" not in v or "endpoint" not in v:
             raise ConfigError(key, "needs both vid and endpoint")
         try:
             vehicles.append(VehicleConfig(vid=_typed(f"{key}.vid", v["vid"], str),
                                           endpoint=Endpoint.parse(_typed(f"{key}.endpoint", v["endpoint"], str)),
-                                          sysid=_typed(f"{key}.sysid", v["sysid"], int) if "sysid" in v else None))
+                                          sysid=_typed(f"{key}.sysid", v["sysid"], int) if "sysid" in v else None,
+                                          signing_key_file=Path(_typed(f"{key}.signing_key_file", v["signing_key_file"], str))
+                                          if "signing_key_file" in v else None))
         except ConfigError as exc:
             raise ConfigError(f"{key}.{exc.key.split('.')[-1]}", exc.reason) from exc
 
@@ -316,6 +320,11 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     # CLI overrides win over the file.
     cli_vehicles = overrides.pop("vehicles", None)
     if cli_vehicles:
+        given: set[str] = set()
+        for v in cli_vehicles:  # one flag per vid: a second one is a typo, not an override
+            if v.vid in given:
+                raise ConfigError("--vehicle", f"{v.vid} is given twice")
+            given.add(v.vid)
         by_vid = {v.vid: v for v in vehicles}
         for v in cli_vehicles:
             by_vid[v.vid] = v

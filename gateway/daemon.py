@@ -10,10 +10,13 @@ closes the links; the process exits 0.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import os
 import signal
+import socket
 import sys
+import tempfile
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -29,7 +32,8 @@ from gateway import logs
 from gateway.clock import GatewayClock
 from gateway.config import GatewayConfig, load_toml, resolve_config
 from gateway.contract import natsconn
-from gateway.contract.errors import MavjetError
+from gateway.contract.errors import ConfigError, MavjetError
+from gateway.contract.redact import redact
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.services import GatewayService, ServiceContext
@@ -64,6 +68,7 @@ class Gateway:
             for v in cfg.vehicles
         }
         self.metrics.watch_sessions(lambda: [t.session for t in self.twins.values()])
+        self.metrics.watch_signing(lambda: [(t.vid, t.link.codec.stats.signing_rejected) for t in self.twins.values()])
         self.metrics_port: int | None = None
         self.ready = anyio.Event()
         self.stopping = anyio.Event()
@@ -266,13 +271,42 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.e
     return resolve_config(load_toml(args.config), flags=vars(args), environ=environ)
 
 
+def preflight(cfg: GatewayConfig) -> None:
+    """What would fail later, checked before anything starts; raises ConfigError naming the key.
+
+    A missing creds or TLS file, a state dir we cannot write, a metrics port
+    already taken: none of them gets better by retrying, so the gateway exits
+    2 with one line instead of a traceback or an endless NATS retry. An
+    unreachable server is not checked here: it may come up later, and the
+    publisher keeps retrying with backoff.
+    """
+    cfg.nats.check_files()
+    try:
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cfg.state_dir):
+            pass
+    except OSError as exc:
+        raise ConfigError("state_dir", f"{cfg.state_dir} is not writable: {exc.strerror or exc}") from None
+    if cfg.metrics_port:  # 0 picks a free port: nothing to check
+        try:
+            infos = socket.getaddrinfo(cfg.metrics_host, cfg.metrics_port, type=socket.SOCK_STREAM)
+            family, _, _, _, addr = infos[0]
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server binds
+                s.bind(addr)
+        except OSError as exc:
+            why = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise ConfigError("metrics.port", f"cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: {why}") from None
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(args.log_level, json=args.log_json)
     try:
         cfg = config_from_args(args)
+        preflight(cfg)
     except MavjetError as exc:
-        print(f"mavjet gateway: {exc}", file=sys.stderr)
+        print(redact(f"mavjet gateway: {exc}"), file=sys.stderr)
         return 2
     if not fastcrc_available():
         print("mavjet gateway: fastcrc is missing (MAVLink decoding would be 2x slower); "
@@ -286,3 +320,16 @@ def main(argv: list[str]) -> int:
         )
     except KeyboardInterrupt:
         return 0
+    except ExceptionGroup as group:  # a ConfigError from inside the task group (the metrics port taken since preflight)
+        rest = group.split(MavjetError)[1]
+        if rest is not None:
+            raise
+        print(redact(f"mavjet gateway: {_first_leaf(group)}"), file=sys.stderr)
+        return 2
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

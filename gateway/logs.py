@@ -1,4 +1,9 @@
-"""structlog setup: human-readable on a TTY, one JSON object per line otherwise."""
+"""structlog setup: human-readable on a TTY, one JSON object per line otherwise.
+
+Every event passes `gateway.contract.redact.redact_event` last before rendering,
+so a NATS password, token, JWT or nkey seed never reaches a log line whichever
+field or exception message carries it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import logging
 import sys
 
 import structlog
+
+from gateway.contract.redact import redact_event
 
 
 def configure(level: str = "info", *, json: bool | None = None) -> None:
@@ -20,6 +27,7 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_event,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),

@@ -9,7 +9,7 @@ run in one process (tests, benchmarks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from drivers.mavlink.link import LinkState
 from drivers.mavlink.session import Session
+from gateway.contract.errors import ConfigError
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -44,6 +45,23 @@ class _LinkCollector(Collector):
             up.add_metric([vid], 1.0 if h.state is LinkState.UP else 0.0)
             age.add_metric([vid], float("nan") if h.heartbeat_age_s is None else h.heartbeat_age_s)
         yield from (msgs, crc, bad, gaps, up, age)
+
+
+class _SigningCollector(Collector):
+    """Frames dropped by MAVLink signature verification, read at scrape time from each link's codec."""
+
+    def __init__(self, rejected: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
+        self._rejected = rejected
+
+    def collect(self) -> Iterator[Any]:
+        fam = CounterMetricFamily(
+            "mavjet_mavlink_signing_rejected",
+            "MAVLink frames dropped on a signing link: unsigned, bad_signature, replay, stale", labels=["vid", "reason"],
+        )
+        for vid, by_reason in self._rejected():
+            for reason, n in list(by_reason.items()):
+                fam.add_metric([vid, reason], n)
+        yield fam
 
 
 class GatewayMetrics:
@@ -81,8 +99,15 @@ class GatewayMetrics:
     def watch_sessions(self, sessions: Callable[[], Iterable[Session]]) -> None:
         self.registry.register(_LinkCollector(sessions))
 
+    def watch_signing(self, rejected: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
+        """`rejected()` → (vid, {reason: frames dropped}) per vehicle; empty for links without a key."""
+        self.registry.register(_SigningCollector(rejected))
+
     def serve(self, host: str, port: int) -> int:
-        """Serve /metrics on a daemon thread; returns the bound port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        """Serve /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError("metrics.port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         bound: int = server.server_address[1]
         return bound

@@ -91,7 +91,7 @@ class Publisher:
     async def _on_reconnected(self) -> None:
         self.metrics.nats_connected.set(1)
         self.metrics.nats_reconnects.inc()
-        url = self.nc.connected_url.netloc if self.nc is not None and self.nc.connected_url else "?"
+        url = natsconn.server_name(self.nc) if self.nc is not None else "?"
         log.info("nats_reconnected", server=url)
         self._spool_ready.set()
 
@@ -125,7 +125,7 @@ class Publisher:
             self.nc = nc
             self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, publish_async_max_pending=self.cfg.max_inflight_state)
             self.metrics.nats_connected.set(1)
-            log.info("nats_connected", server=nc.connected_url.netloc if nc.connected_url else "?")
+            log.info("nats_connected", server=natsconn.server_name(nc))  # host:port, never the URL's userinfo
             self.connected.set()
             self._spool_ready.set()
             return

@@ -32,6 +32,7 @@ from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.dialect import MavMessage
 from drivers.mavlink.link import LinkState, MavlinkLink
 from drivers.mavlink.session import VehicleSession
+from drivers.mavlink.signing import read_key_file
 from drivers.mavlink.transport import Transport
 from drivers.mavlink.udphub import UdpHub
 from gateway.budget import EventBudget
@@ -69,6 +70,7 @@ class VehicleTwin:
             name=vcfg.vid, endpoint=vcfg.endpoint, config=cfg.link,
             on_messages=self.on_messages, on_state=self.on_link_state,
             transport_factory=factory, expected_sysid=vcfg.sysid,
+            signing_key=read_key_file(vcfg.signing_key_file) if vcfg.signing_key_file is not None else None,
         )
         self.session = VehicleSession(self.link, protocols=cfg.protocols, flight_state=self.model)
         self.events = EventBus(vcfg.vid)

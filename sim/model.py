@@ -35,6 +35,9 @@ FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
 COMP_AUTOPILOT: Final = 1
 BATTERY_CHECK_S: Final = 0.5  # sim seconds between battery failsafe checks
 MAX_EXECUTIONS: Final = 10_000  # the record keeps at least this many recent commands
+# ArduPilot runs its pre-arm checks at 1 Hz but prints a failing one only every
+# PREARM_DISPLAY_PERIOD (AP_Arming: 30 s); the first line came 30 s after boot on SITL.
+PREARM_DISPLAY_S: Final = 30.0
 
 R = mavlink2  # brevity for MAV_* constants
 ACCEPTED: Final[int] = R.MAV_RESULT_ACCEPTED
@@ -173,6 +176,7 @@ class VehicleModel:
         self.reboot_pending = False
         self.reboots = 0
         self._forced: dict[int, deque[int]] = {}  # MAV_CMD -> results to answer instead of executing
+        self._after_ack: list[Any] = []  # what ArduPilot says right after a COMMAND_ACK ("Arm: ..." reasons)
         self.now = 0.0
         self._boot(0.0)
 
@@ -208,6 +212,7 @@ class VehicleModel:
         self._next_battery_check = now
         self.fence = _Fence()
         self.landed_since = now
+        self._next_prearm_text = now + PREARM_DISPLAY_S
         self._sent: dict[int, _Sent] = {}
         self._pending: list[_Pending] = []
         self.schedule.reset(now)
@@ -497,6 +502,7 @@ class VehicleModel:
             ExecutedCommand(command=cmd, params=p, time=now, result=result, confirmation=confirmation, frame=frame, source=partner)
         )
         self._ack(cmd, result, partner)
+        self._flush_after_ack()
         if cmd == R.MAV_CMD_REQUEST_MESSAGE and result == ACCEPTED:
             self._send_requested(int(p[0]))
         elif cmd == R.MAV_CMD_REQUEST_AUTOPILOT_CAPABILITIES and result == ACCEPTED:
@@ -506,6 +512,11 @@ class VehicleModel:
             self._send(R.MAVLink_message_interval_message(int(p[0]), -1 if iv is None else int(iv * 1e6)))
         elif cmd == R.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN and result == ACCEPTED:
             self.reboot_pending = True
+
+    def _flush_after_ack(self) -> None:
+        if self._after_ack:
+            self.out.extend(self._after_ack)
+            self._after_ack.clear()
 
     def _record(self, ex: ExecutedCommand) -> None:
         self.executions.append(ex)
@@ -661,6 +672,13 @@ class VehicleModel:
             reason = self._prearm_failure()
             if reason is not None:
                 self._text(R.MAV_SEVERITY_CRITICAL, reason)
+                if reason.startswith("PreArm: "):
+                    # ArduPilot's arming checks report with "Arm: " after the COMMAND_ACK goes out.
+                    arm_text = "Arm: " + reason.removeprefix("PreArm: ")
+                    self.statustexts.append((R.MAV_SEVERITY_CRITICAL, arm_text))
+                    self._after_ack.append(
+                        R.MAVLink_statustext_message(R.MAV_SEVERITY_CRITICAL, arm_text.encode()[:50], 0, 0)
+                    )
                 return FAILED
         self.armed = True
         self.landed = self.alt_m <= 0.05
@@ -791,6 +809,7 @@ class VehicleModel:
             if self.now >= self.schedule.next_due:
                 for msg_id in self.schedule.due(self.now):
                     self._emit(msg_id)
+        self._flush_after_ack()  # an arm refused outside a command (the built-in sortie)
 
     def _checks(self) -> None:
         since_boot = self.now - self.boot_at
@@ -807,6 +826,11 @@ class VehicleModel:
             self._battery_check()
         if self.armed and self.params["FENCE_ENABLE"]:
             self._fence_check()
+        if self.now >= self._next_prearm_text:
+            self._next_prearm_text = self.now + PREARM_DISPLAY_S
+            failing = None if self.armed or self.params["ARMING_CHECK"] == 0 else self._prearm_failure()
+            if failing is not None and failing.startswith("PreArm: "):
+                self._text(R.MAV_SEVERITY_CRITICAL, failing)
         delay = self.params["DISARM_DELAY"]
         if self.armed and self.landed and delay > 0 and self.now - self.landed_since >= delay:
             self._disarm("auto")

@@ -25,6 +25,12 @@ Fault injection (all counted in `link`):
   new ones until the time is up. Durations are wall-clock seconds: the link
   is part of the real world, not of simulated time.
 - `inject_garbage(n)`: write n random bytes into the stream now.
+
+MAVLink 2 signing (sim/signing.py) as ArduPilot does it: SETUP_SIGNING turns
+it on; the main port is SERIAL0 (link id 0, where ArduPilot accepts unsigned
+frames even with signing on); `listen_serial(link_id)` opens another port
+like SITL's SERIAL1, where unsigned, badly signed and replayed frames are
+ignored (counted in `link.frames_in_unverified` and `signing.counters`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 from gateway.contract.errors import LinkError
 from sim.encoder import Encoder, Packer
 from sim.model import VehicleModel, VehicleOptions
+from sim.signing import Check, VehicleSigning
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +67,15 @@ class LinkStats:
     garbage_bytes: int = 0
     connections: int = 0
     disconnects: int = 0
+    frames_in_unverified: int = 0  # ignored by signing (unsigned, bad signature, replay) on a link other than 0
 
 
 class _Client(asyncio.Protocol):
     """One TCP connection to the vehicle (a gateway, a ground station, a test)."""
 
-    def __init__(self, vehicle: SimVehicle) -> None:
+    def __init__(self, vehicle: SimVehicle, link_id: int = 0) -> None:
         self.vehicle = vehicle
+        self.link_id = link_id  # 0: the main port (SERIAL0); others: listen_serial()
         self.transport: asyncio.Transport | None = None
         self.parser = _new_parser()
 
@@ -130,6 +139,8 @@ class SimVehicle(VehicleModel):
         self.rebooting_until: float | None = None  # sim time
         self._drop_out: dict[str, int] = {}
         self._drop_in: dict[str, int] = {}
+        self.signing = VehicleSigning()
+        self._serial_servers: list[asyncio.Server] = []
 
     # ------------------------------------------------------------------ public
     @property
@@ -179,7 +190,20 @@ class SimVehicle(VehicleModel):
         sock = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
 
+    async def listen_serial(self, link_id: int = 1, port: int = 0) -> str:
+        """Open another MAVLink port (like SITL's SERIAL1) whose clients are link `link_id`; returns its endpoint."""
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(lambda: _Client(self, link_id), self.host, port, reuse_address=True)
+        except OSError as exc:
+            raise LinkError(f"tcp:{self.host}:{port}", f"cannot listen: {exc.strerror or exc}") from exc
+        self._serial_servers.append(server)
+        return f"tcp:{self.host}:{server.sockets[0].getsockname()[1]}"
+
     async def close(self) -> None:
+        for extra in self._serial_servers:
+            extra.close()
+        self._serial_servers.clear()
         self._close_clients()
         server, self._server = self._server, None
         if server is not None:
@@ -248,12 +272,25 @@ class SimVehicle(VehicleModel):
             if self.loss_in and self.rng.random() < self.loss_in:
                 self.link.frames_in_lost += 1
                 continue
+            if self.signing.enabled and not self._signature_ok(msg, client.link_id):
+                continue
+            if msg.get_type() == "SETUP_SIGNING":
+                if msg.target_system in (0, self.sysid):
+                    self.signing.setup(bytes(msg.secret_key), int(msg.initial_timestamp))
+                continue
             try:
                 self.handle(msg, (msg.get_srcSystem(), msg.get_srcComponent()), now, wall)
             except Exception:
                 self.stats.handler_errors += 1
                 log.exception("vehicle %d: error handling %s", self.sysid, msg.get_type())
         self.flush(wall)
+
+    def _signature_ok(self, msg: Any, link_id: int) -> bool:
+        verdict = self.signing.check(bytes(msg.get_msgbuf()), msg.get_msgId(), link_id)
+        if verdict is Check.SIGNED or verdict is Check.ACCEPTED_UNSIGNED:
+            return True
+        self.link.frames_in_unverified += 1
+        return False
 
     @staticmethod
     def _take(table: dict[str, int], name: str) -> bool:
@@ -301,7 +338,9 @@ class SimVehicle(VehicleModel):
             seq = (seq + 1) & 0xFF
         self._seq = seq
         if frames:
-            data = b"".join(frames)
+            data = unsigned = b"".join(frames)
+            signing = self.signing if self.signing.enabled else None
+            signed: dict[int, bytes] = {}  # per link: its own link id and timestamps, the same bytes to each client
             for c in self.clients:
                 t = c.transport
                 if t is None:
@@ -309,6 +348,12 @@ class SimVehicle(VehicleModel):
                 if t.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
                     self.link.frames_slow_client += len(frames)
                     continue
+                if signing is not None:
+                    data = signed.get(c.link_id) or b""
+                    if not data:
+                        data = signed[c.link_id] = b"".join(signing.sign(f, c.link_id) for f in frames)
+                else:
+                    data = unsigned
                 t.write(data)
                 self.link.frames_out += len(frames)
                 self.link.bytes_out += len(data)
@@ -319,6 +364,8 @@ class SimVehicle(VehicleModel):
         """After the ACK went out: drop every connection and stop listening, as a rebooting SITL does."""
         self.reboot_pending = False
         self.rebooting_until = self._clock() + self.reboot_s
+        if self.signing.enabled:
+            self.signing.rebooted()
         self.out.clear()
         self._close_clients()
         self._close_listener()

@@ -5,6 +5,10 @@ frames, garbage) and returns the complete, CRC-valid messages in it (framing
 in `framer.py`, about twice pymavlink's parse rate). It keeps
 per-peer sequence numbers to count gaps and counts CRC failures and skipped
 garbage, so link quality is observable without any I/O in here.
+
+With a `MavSigning` (drivers/mavlink/signing.py) it signs every frame it
+encodes and drops received frames that are unsigned, badly signed or
+replayed (counted in `stats.signing_rejected`) before they are decoded.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.framer import Framer
+from drivers.mavlink.signing import MavSigning
 
 # MAVLink component id of an onboard computer (MAV_COMP_ID_ONBOARD_COMPUTER).
 GATEWAY_COMPONENT_ID = 191
@@ -28,17 +33,30 @@ class CodecStats:
     unknown: int = 0  # frame starts with a message id this dialect does not know
     seq_gaps: int = 0  # frames missing, summed over every peer
     by_type: dict[str, int] = field(default_factory=dict)
+    # Frames dropped by signature verification, by reason (the signing state's
+    # live dict; empty without signing).
+    signing_rejected: dict[str, int] = field(default_factory=dict)
 
 
 class MavCodec:
     """Decode MAVLink 2 (and 1) frames from a byte stream; encode outgoing messages."""
 
-    def __init__(self, *, src_system: int = GATEWAY_SYSTEM_ID, src_component: int = GATEWAY_COMPONENT_ID) -> None:
+    def __init__(self, *, src_system: int = GATEWAY_SYSTEM_ID, src_component: int = GATEWAY_COMPONENT_ID,
+                 signing: MavSigning | None = None) -> None:
         # pymavlink's object frames what we send and decodes, for the framer,
         # the messages its fast path does not cover.
         self._mav = mavlink2.MAVLink(None, srcSystem=src_system, srcComponent=src_component)
-        self._framer = Framer(self._mav)
         self.stats = CodecStats()
+        self.signing = signing
+        if signing is None:
+            self._framer = Framer(self._mav)
+        else:
+            # pymavlink checks signatures in decode() once its object holds a key
+            # (and raises): the framer verifies, so decoding uses a key-less object.
+            signing.attach(self._mav)
+            self.stats.signing_rejected = signing.stats.rejected
+            decoder = mavlink2.MAVLink(None, srcSystem=src_system, srcComponent=src_component)
+            self._framer = Framer(decoder, check=signing.accepts)
         self._last_seq: dict[tuple[int, int], int] = {}
 
     @property
@@ -87,7 +105,9 @@ class MavCodec:
         self._framer.resync()
 
     def encode(self, msg: MavMessage) -> bytes:
-        """Frame one message with this codec's system/component ids and sequence."""
+        """Frame one message with this codec's system/component ids and sequence (signed when signing is set)."""
+        if self.signing is not None:
+            self.signing.before_send()
         data: bytes = msg.pack(self._mav)
         self._mav.seq = (self._mav.seq + 1) % 256
         return data

@@ -19,6 +19,7 @@ outgoing messages are built with pymavlink.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,13 +128,21 @@ class FramerStats:
     # after `resync()` (a connect starts mid-frame, SITL prints a console banner) are not counted.
     bad_data: int = 0
     bad_bytes: int = 0  # the bytes of those stretches, for diagnosis
+    unverified: int = 0  # valid frames the signature check refused (see drivers/mavlink/signing.py)
+
+
+# Judges one complete, CRC-valid frame (bytes, message id): keep it or drop it.
+FrameCheck = Callable[[bytes, int], bool]
 
 
 class Framer:
     """Feed bytes, get pymavlink messages. Keeps an incomplete frame for the next feed."""
 
-    def __init__(self, mav: Any) -> None:
+    def __init__(self, mav: Any, *, check: FrameCheck | None = None) -> None:
         self._mav = mav  # pymavlink MAVLink object, for decode() of non-flat messages
+        # Signature verification, only on links with a signing key: the unsigned
+        # hot path pays one `is not None` test per frame and nothing else.
+        self._check = check
         self._buf = b""
         self.stats = FramerStats()
         self._synced = True  # False until the first valid frame after resync()
@@ -160,6 +169,7 @@ class Framer:
         i = 0
         table = _TABLE
         stats = self.stats
+        check = self._check
         while i < n:
             b0 = buf[i]
             if b0 == MAGIC_V2:
@@ -186,6 +196,10 @@ class Framer:
                     i += 1
                     continue
                 self._synced, self._in_junk = True, False
+                if check is not None and not check(buf[i:end], msgid):
+                    stats.unverified += 1
+                    i = end
+                    continue
                 light = info.light
                 if light is not None:
                     payload = buf[i + 10 : body_end]
@@ -218,6 +232,10 @@ class Framer:
                     i += 1
                     continue
                 self._synced, self._in_junk = True, False
+                if check is not None and not check(buf[i:end], buf[i + 5]):
+                    stats.unverified += 1
+                    i = end
+                    continue
                 self._slow(buf[i:end], out)
                 i = end
             else:

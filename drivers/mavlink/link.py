@@ -26,6 +26,7 @@ from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, MavCodec
 from drivers.mavlink.dialect import MavMessage, mavlink2
+from drivers.mavlink.signing import MavSigning
 from drivers.mavlink.transport import Endpoint, Transport, open_transport
 from gateway.contract.errors import ConfigError, LinkError
 
@@ -116,11 +117,16 @@ class MavlinkLink:
         src_system: int = GATEWAY_SYSTEM_ID,
         transport_factory: Callable[[], Awaitable[Transport]] | None = None,
         expected_sysid: int | None = None,
+        signing_key: bytes | None = None,
     ) -> None:
         self.name = name
         self.endpoint = endpoint
         self.config = config
-        self.codec = MavCodec(src_system=src_system, src_component=GATEWAY_COMPONENT_ID)
+        # With a key every frame sent is signed and every frame received must be
+        # (drivers/mavlink/signing.py); the state outlives reconnects, so a frame
+        # replayed after one is still refused.
+        signing = MavSigning(signing_key) if signing_key is not None else None
+        self.codec = MavCodec(src_system=src_system, src_component=GATEWAY_COMPONENT_ID, signing=signing)
         # A shared port (drivers/mavlink/udphub.py) supplies its own transport,
         # and the vehicle's system id is known in advance.
         self.transport_factory = transport_factory

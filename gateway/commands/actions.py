@@ -11,9 +11,12 @@ final.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from drivers.mavlink import autopilot
 from drivers.mavlink.command import CommandResult as MavCommandResult
@@ -29,9 +32,15 @@ from gateway.contract.commands import CmdResult, Command, CommandInvalid
 from gateway.contract.errors import LinkError
 from gateway.contract.subjects import BLOBS_BUCKET
 from gateway.services import NatsAccess, VehicleHandle
+from gateway.telemetry import Event
 
 _TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
 _REJECTED = (mavlink2.MAV_RESULT_DENIED, mavlink2.MAV_RESULT_UNSUPPORTED)
+# ArduPilot sends a refused arm's reasons as STATUSTEXT right after the COMMAND_ACK
+# ("Arm: Need Position Estimate"; a periodic "PreArm: ..." may come before it): after a
+# refusal the command's window stays open this long for them.
+REASON_GRACE_S = 0.2
+_REASONS_MAX = 4  # texts kept in one detail (a boot refusal can list a handful)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -85,17 +94,52 @@ def set_mode_params(mode: str, modes: ModeTable | None) -> tuple[float, ...]:
         raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
 
 
+def reason_texts(events: list[Event], prefixes: tuple[str, ...]) -> list[str]:
+    """The vehicle's reasons among the status texts of a command's window: distinct, in order, bounded.
+
+    Repeats collapsed for the event stream still reach subscribers (internal
+    events), so a PreArm line the stream only counts is a reason here too.
+    """
+    out: list[str] = []
+    for ev in events:
+        text = str(ev.data.get("text", ""))
+        if ev.type == "statustext" and text.startswith(prefixes) and text not in out:
+            out.append(text)
+    return out[:_REASONS_MAX]
+
+
+@contextmanager
+def status_texts(vehicle: VehicleHandle) -> Iterator[list[Event]]:
+    """Collect the vehicle's status text events while the block runs."""
+    seen: list[Event] = []
+    unsubscribe = vehicle.subscribe(lambda ev: seen.append(ev) if ev.type == "statustext" else None)
+    try:
+        yield seen
+    finally:
+        unsubscribe()
+
+
 @dataclass(frozen=True, slots=True)
 class MavCommand:
-    """The action of a command that is one MAV_CMD: `build` maps the command (and mode table) to it."""
+    """The action of a command that is one MAV_CMD: `build` maps the command (and mode table) to it.
+
+    `reasons`: prefixes of the status texts that explain a refusal of this
+    command (ArduPilot's "PreArm:" / "Arm:" for arming); they go into the
+    detail of a result that is not accepted.
+    """
 
     build: Callable[[Command, ModeTable | None], MavAction]
+    reasons: tuple[str, ...] = ()
 
     async def __call__(self, cmd: Command, ctx: ActionContext) -> Outcome:
         action = self.build(cmd, ctx.vehicle.telemetry.modes)
-        outcome = await ctx.vehicle.session.command(
-            action.command, action.params, use_int=action.use_int, frame=action.frame
-        )
+        with status_texts(ctx.vehicle) as seen:
+            outcome = await ctx.vehicle.session.command(
+                action.command, action.params, use_int=action.use_int, frame=action.frame
+            )
+            refused = outcome.result not in (MavCommandResult.ACCEPTED, MavCommandResult.TIMEOUT)
+            if self.reasons and refused:
+                await anyio.sleep(REASON_GRACE_S)
         mr = outcome.mav_result
         if outcome.result is MavCommandResult.ACCEPTED:
             detail = "confirmed by HEARTBEAT (ACK lost)" if outcome.confirmed_by == "heartbeat" else ""
@@ -107,7 +151,9 @@ class MavCommand:
             return Outcome(result=CmdResult.FAILED, mav_result=mr, detail="temporarily rejected by the vehicle",
                            attempts=outcome.attempts, retry=True)
         result = CmdResult.REJECTED if mr in _REJECTED else CmdResult.FAILED
-        return Outcome(result=result, mav_result=mr, detail=f"vehicle answered {name}", attempts=outcome.attempts)
+        texts = reason_texts(seen, self.reasons) if self.reasons else []
+        detail = f"{cmd.name} rejected: {'; '.join(texts)}" if texts else f"vehicle answered {name}"
+        return Outcome(result=result, mav_result=mr, detail=detail, attempts=outcome.attempts)
 
 
 def no_answer(ctx: ActionContext, detail: str, attempts: int) -> Outcome:
@@ -169,9 +215,34 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
             parts.append(f"{len(items)} {kind} item{'' if len(items) == 1 else 's'}")
         uploaded[f"{kind}_digest"] = kind_digest
         uploaded[f"{kind}_count"] = len(items)
+    # A verified fence from the plan protects only once switched on (unless the command says not to).
+    enable = bool(plan.fence) and cmd.params.get("enable_fence", True) is not False
+    uploaded["fence_enabled"] = await fence_switch(ctx, enable=enable)
     ctx.vehicle.emit("mission_uploaded", object=obj_name, **uploaded)
     return Outcome(result=CmdResult.ACCEPTED, detail=f"{', '.join(parts)}, read back and verified", attempts=1,
                    extra=uploaded)
+
+
+FENCE_ENABLE = "FENCE_ENABLE"
+
+
+async def fence_switch(ctx: ActionContext, *, enable: bool) -> bool:
+    """Whether the vehicle's fence is enabled after an upload; switched on first when `enable`.
+
+    Zones are uploaded and verified before the switch, so the vehicle never
+    enforces a half-written fence. The value is the vehicle's, read back
+    (PARAM_VALUE), never assumed. PX4 has no such switch (its geofence is
+    active whenever it holds zones and GF_ACTION is set): it reports whether
+    it holds zones.
+    """
+    session = ctx.vehicle.session
+    if ctx.vehicle.telemetry.flavour == "px4":
+        return enable
+    if enable:
+        pv = await session.set_param(FENCE_ENABLE, 1.0)
+    else:
+        pv = await session.read_param(FENCE_ENABLE)
+    return pv.value >= 0.5
 
 
 # ---------------------------------------------------------------------------

@@ -108,8 +108,12 @@ class CommandDef:
         return self.precondition(cmd, state)
 
 
-def _mav(build: Callable[[Command, ModeTable | None], MavAction]) -> MavCommand:
-    return MavCommand(build)
+def _mav(build: Callable[[Command, ModeTable | None], MavAction], reasons: tuple[str, ...] = ()) -> MavCommand:
+    return MavCommand(build, reasons)
+
+
+# The status texts in which ArduPilot explains a refused arm or disarm.
+_ARMING_REASONS = ("PreArm:", "Arm:", "Disarm:")
 
 
 _N = CommandName
@@ -118,14 +122,15 @@ _W = CATALOGUE
 _DEFS = (
     CommandDef(
         wire=_W[_N.ARM], recovery=Recovery(observe=armed_is(True), resend=True, rule="armed: confirmed; disarmed: sent again"), flight_state=True,
-        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, params=(1.0,))),
+        action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, params=(1.0,)),
+                    _ARMING_REASONS),
     ),
     CommandDef(
         wire=_W[_N.DISARM], recovery=Recovery(observe=armed_is(False), resend=True, rule="disarmed: confirmed; armed: sent again"),
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM,
             params=autopilot.arm_params(False, force=bool(c.params.get("force"))),
-        )),
+        ), _ARMING_REASONS),
     ),
     CommandDef(
         wire=_W[_N.TAKEOFF], recovery=Recovery(observe=airborne, resend=False, rule="airborne: confirmed; on the ground: `unknown` (it may be spooling up), not re-sent"), flight_state=True, precondition=takeoff_failure,

@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import nats
 from nats.aio.client import Client
 
 from gateway.contract.errors import ConfigError, MavjetError
+from gateway.contract.redact import redact
 
 DEFAULT_NATS = "nats://127.0.0.1:4222"
 
@@ -25,9 +29,54 @@ class NatsUnavailable(MavjetError):
     """The NATS servers could not be reached."""
 
     def __init__(self, servers: tuple[str, ...], reason: str) -> None:
-        super().__init__(f"cannot reach NATS at {', '.join(servers)}: {reason}")
+        # Redacted here, at the boundary: the message ends up in logs and on stderr.
+        super().__init__(redact(f"cannot reach NATS at {', '.join(servers)}: {reason}"))
         self.servers = servers
-        self.reason = reason
+        self.reason = redact(reason)
+
+
+# The URL schemes nats-py connects with.
+URL_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_url(url: str) -> None:
+    """Raise ConfigError unless `url` is a server URL nats-py can dial (scheme, host, numeric port)."""
+    shown = redact(url)
+    if "://" not in url:
+        raise ConfigError("nats.servers", f"{shown!r} is not a URL like nats://host:4222")
+    parts = urlsplit(url)
+    if parts.scheme not in URL_SCHEMES:
+        raise ConfigError("nats.servers", f"{shown!r}: scheme must be one of {', '.join(URL_SCHEMES)}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError("nats.servers", f"{shown!r}: the port is not a number in 0..65535") from None
+    if not parts.hostname or port == 0 or parts.path not in ("", "/"):
+        raise ConfigError("nats.servers", f"{shown!r} is not a URL like nats://host:4222")
+
+
+# OpenSSL's verify codes (X509_V_ERR_*) in the words an operator fixes them by.
+_VERIFY_HINTS = {
+    10: "expired: renew the server certificate",
+    9: "not yet valid: check the clocks",
+    18: "self-signed server certificate: pass it (or its CA) with --tls-ca",
+    19: "self-signed CA in the chain that --tls-ca does not hold",
+    20: "unknown CA: the server certificate is not signed by a CA in --tls-ca",
+    21: "unknown CA: the server sent no chain to a CA in --tls-ca",
+    62: "hostname mismatch: the URL's host is not in the certificate",
+    64: "hostname mismatch: the URL's IP address is not in the certificate",
+}
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a connect failure; a TLS failure says which certificate check failed."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        hint = _VERIFY_HINTS.get(exc.verify_code)
+        suffix = f" ({hint})" if hint else ""
+        return f"TLS certificate verify failed: {exc.verify_message or exc.reason}{suffix}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed: {exc.reason or exc}"
+    return redact(f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,10 +93,29 @@ class NatsOptions:
         if not self.servers:
             raise ConfigError("nats.servers", "at least one server URL is required")
         for s in self.servers:
-            if "://" not in s:
-                raise ConfigError("nats.servers", f"{s!r} is not a URL like nats://host:4222")
+            check_url(s)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("nats.tls", "tls_cert and tls_key go together")
+
+    def check_files(self) -> None:
+        """Raise ConfigError naming the key if a creds or TLS file is missing, unreadable or not PEM.
+
+        Called before anything starts (a missing file is not worth retrying);
+        construction does no I/O so that a config can be built and inspected anywhere.
+        """
+        for key, path in (("creds", self.creds_file), ("tls_ca", self.tls_ca),
+                          ("tls_cert", self.tls_cert), ("tls_key", self.tls_key)):
+            if path is None:
+                continue
+            try:
+                with Path(path).open("rb") as f:
+                    f.read(1)
+            except OSError as exc:
+                raise ConfigError(f"nats.{key}", f"{path}: {exc.strerror or exc}") from None
+        try:
+            self.tls_context()
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError("nats.tls", f"cannot load the TLS files: {exc}") from None
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not (self.tls_ca or self.tls_cert):
@@ -122,14 +190,32 @@ def connect_deadline_s(opts: NatsOptions) -> float:
 async def connect(opts: NatsOptions, *, deadline_s: float | None = None, **extra: Any) -> Client:
     """One connect attempt, bounded by `deadline_s` (default `connect_deadline_s`); raises NatsUnavailable."""
     deadline = connect_deadline_s(opts) if deadline_s is None else deadline_s
+    opts.check_files()
+    # nats-py retries a failed TLS handshake until our deadline and then all we see is the
+    # timeout: remember the last error it reported so the message says what actually failed.
+    last: list[Exception] = []
+    user_cb: Callable[[Exception], Awaitable[None]] | None = extra.pop("error_cb", None)
+
+    async def error_cb(exc: Exception) -> None:
+        last[:] = [exc]
+        if user_cb is not None:
+            await user_cb(exc)
+
     try:
         with anyio.fail_after(deadline):
-            nc = await nats.connect(**connect_kwargs(opts, **extra))
+            nc = await nats.connect(**connect_kwargs(opts, error_cb=error_cb, **extra))
     except TimeoutError as exc:
-        raise NatsUnavailable(opts.servers, f"no server answered within {deadline:.0f}s") from exc
+        why = f"; last error: {describe_error(last[0])}" if last else ""
+        raise NatsUnavailable(opts.servers, f"no server answered within {deadline:.0f}s{why}") from exc
     except Exception as exc:  # nats-py raises a wide range here; translate at the boundary
-        raise NatsUnavailable(opts.servers, f"{type(exc).__name__}: {exc}") from exc
+        raise NatsUnavailable(opts.servers, describe_error(exc)) from exc
     return nc
+
+
+def server_name(nc: Client) -> str:
+    """`host:port` of the server `nc` is connected to, for logs: a URL's userinfo may be a token."""
+    url = nc.connected_url
+    return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
 
 
 async def _quiet(_: Exception) -> None:

@@ -22,6 +22,8 @@ MASK = "***"
 
 # scheme://userinfo@ : the password after the first ':' (or the whole userinfo: a token) is secret.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/@\s?#'\"]+)@")
+# user:password@host without a scheme (a parsed URL's netloc).
+_NETLOC = re.compile(r"(?<![\w/:@.\-])(?P<user>[A-Za-z0-9._~%+\-]+):(?P<secret>[^@\s/:'\"]+)@(?=[A-Za-z0-9\[])")
 # ?token=... / &password=... in a URL query (nats-py also accepts a bare token as userinfo).
 _QUERY = re.compile(r"(?P<key>[?&](?:token|auth_token|password|pass|pwd|secret|jwt|nkey|seed)=)[^&\s#'\"]+",
                     re.IGNORECASE)
@@ -42,6 +44,7 @@ def redact(text: str) -> str:
     if not text:
         return text
     text = _USERINFO.sub(_userinfo, text)
+    text = _NETLOC.sub(lambda m: f"{m['user']}:{MASK}@", text)
     text = _QUERY.sub(lambda m: m["key"] + MASK, text)
     text = _CREDS_BLOCK.sub(lambda m: f"{m[1]}{MASK}{m[2]}", text)
     text = _JWT.sub(MASK, text)
@@ -64,5 +67,6 @@ def redact_value(value: Any) -> Any:
 def redact_event(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """A structlog processor: every value of the event, redacted (after `format_exc_info`, before rendering)."""
     for key, value in event_dict.items():
-        event_dict[key] = redact_value(value)
+        if key != "exc_info":  # a traceback tuple, if any is left, is formatted (and redacted) by the renderer's text
+            event_dict[key] = redact_value(value)
     return event_dict

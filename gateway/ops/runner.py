@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from gateway.contract.errors import MavjetError
+from gateway.contract.redact import redact
 
 EXIT_ERROR = 2
 
@@ -36,7 +37,7 @@ def run_cli(
             return asyncio.run(_wait(result))
         return result
     except reported as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        print(redact(f"{parser.prog}: {exc}"), file=sys.stderr)  # the one line may quote a URL
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 0
