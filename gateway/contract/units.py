@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -29,3 +30,41 @@ def parse_size_bytes(value: str | int) -> int:
         raise ValueError(f"{value!r} is not a size like 128KB, 1MB or 10GB")
     unit = (m.group(2) or "").upper()[:1]
     return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+_AGO = re.compile(r"^\s*(.+?)\s+ago\s*$")
+
+
+def parse_instant(value: str, *, now: dt.datetime | None = None) -> dt.datetime:
+    """A point in time, UTC, from what people type on a command line.
+
+    `now`; `today` / `yesterday` (00:00 UTC); a duration meaning that long
+    ago (`10m`, `24h`, `7d`, `90s ago`); an ISO 8601 time
+    (`2026-11-20T10:00`, `2026-11-20`; naive means UTC); or epoch seconds.
+    Raises ValueError with the accepted forms.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    v = value.strip().lower()
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if v == "now":
+        return now
+    if v == "today":
+        return midnight
+    if v == "yesterday":
+        return midnight - dt.timedelta(days=1)
+    if re.fullmatch(r"\d{9,}(\.\d+)?", v):  # epoch seconds (a duration that long would be 30+ years)
+        return dt.datetime.fromtimestamp(float(v), tz=dt.UTC)
+    m = _AGO.match(v)
+    if m or _DUR.match(v):
+        try:
+            return now - dt.timedelta(seconds=parse_duration_s(m.group(1) if m else v))
+        except ValueError:
+            pass
+    try:
+        t = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a time: use now, today, yesterday, a duration ago (10m, 24h, 7d), "
+            "an ISO 8601 time (2026-11-20T10:00, UTC unless an offset is given) or epoch seconds"
+        ) from None
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)

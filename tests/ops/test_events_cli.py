@@ -1,0 +1,81 @@
+"""`mavjet events`: --since/--until in every accepted form and --json, against a real nats-server."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import pytest
+from nats.aio.client import Client
+
+from gateway.contract.envelope import CONTENT_TYPE, pack
+from gateway.contract.subjects import event_subject
+from gateway.contract.units import parse_instant
+from gateway.ops.natsserver import NatsServer
+
+NOW = dt.datetime(2026, 11, 23, 12, 30, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("now", NOW),
+        ("today", dt.datetime(2026, 11, 23, tzinfo=dt.UTC)),
+        ("yesterday", dt.datetime(2026, 11, 22, tzinfo=dt.UTC)),
+        ("10m", NOW - dt.timedelta(minutes=10)),
+        ("90s ago", NOW - dt.timedelta(seconds=90)),
+        ("7d", NOW - dt.timedelta(days=7)),
+        ("15", NOW - dt.timedelta(seconds=15)),
+        ("2026-11-20T10:00", dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)),
+        ("2026-11-20", dt.datetime(2026, 11, 20, tzinfo=dt.UTC)),
+        ("2026-11-20T10:00:00Z", dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)),
+        ("2026-11-20T12:00+02:00", dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)),
+        ("1763900000", dt.datetime.fromtimestamp(1763900000, tz=dt.UTC)),
+    ],
+)
+def test_parse_instant_accepts_what_people_type(text: str, expected: dt.datetime) -> None:
+    assert parse_instant(text, now=NOW) == expected
+
+
+@pytest.mark.parametrize("text", ["bogus", "", "10 parsecs", "2026-13-01"])
+def test_parse_instant_refuses_with_the_accepted_forms(text: str) -> None:
+    with pytest.raises(ValueError, match="yesterday"):
+        parse_instant(text, now=NOW)
+
+
+def _events(server: NatsServer, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "events", "--nats", server.url, "--env", "test", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+async def test_since_until_and_json_select_the_window(provisioned: Client, nats_server: NatsServer) -> None:
+    js = provisioned.jetstream()
+    now = dt.datetime.now(dt.UTC)
+    # --since starts the consumer at a stream time; --until is applied to each event's own time.
+    for i in range(3):
+        data = {"severity": 6, "text": f"line {i}"}
+        await js.publish(event_subject("test", "VID-001", "statustext"), pack("VID-001", int(now.timestamp() * 1e9), data),
+                         headers={"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": f"VID-001:statustext:{i}"})
+    out = _events(nats_server, "--since", "yesterday", "--json")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["data"]["text"] for r in lines] == ["line 0", "line 1", "line 2"]
+    assert {r["vid"] for r in lines} == {"VID-001"} and {r["type"] for r in lines} == {"statustext"}
+    # --until before anything was stored: nothing printed, exit 0.
+    out = _events(nats_server, "--since", "yesterday", "--until", (now - dt.timedelta(minutes=5)).isoformat())
+    assert out.returncode == 0 and out.stdout == "", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [(("--since", "tomorrowish"), "since"), (("--since", "1h", "--until", "2h"), "until"),
+     (("--since", "1h", "--until", "now", "--follow"), "until")],
+)
+async def test_bad_times_exit_2_with_one_line(nats_server: NatsServer, args: tuple[str, ...], key: str) -> None:
+    out = _events(nats_server, *args)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and key in out.stderr, out.stderr
