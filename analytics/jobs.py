@@ -67,6 +67,22 @@ def _haversine_m(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Colu
     return F.when(known, F.lit(2 * EARTH_RADIUS_M) * F.asin(F.least(F.lit(1.0), F.sqrt(a))))
 
 
+def _flight_commands(ev: DataFrame) -> DataFrame:
+    """Per (vid, flight_no): the commands answered from the previous flight's
+    disarm to this flight's disarm (so the arm that started it is included)."""
+    c = ev.where(_t("cmd_result")).withColumn(
+        "flight_no", F.when(F.col("in_flight"), F.col("flight_no")).otherwise(F.col("flight_no") + 1)
+    )
+    return c.groupBy("vid", "flight_no").agg(
+        F.transform(
+            F.array_sort(F.collect_list(F.struct("time", "seq", F.col("cmd_name").alias("name"), "result", "latency_ms"))),
+            lambda s: s.dropFields("seq"),
+        ).alias("commands"),
+        F.count("*").alias("command_count"),
+        F.sum(F.when(F.col("result") == "accepted", 1).otherwise(0)).cast("int").alias("commands_accepted"),
+    )
+
+
 def flights(events: DataFrame) -> DataFrame:
     """One row per flight (armed -> disarmed) per vehicle.
 
@@ -74,16 +90,21 @@ def flights(events: DataFrame) -> DataFrame:
     battery_used_pct, modes (visited, in order), failsafes, failsafe_types.
     Distance and battery come from the disarmed event's summary when the
     gateway reported one, otherwise from the positions and battery readings
-    carried by the flight's events.
+    carried by the flight's events. Then takeoff_time, landing_time (first
+    takeoff, last landed), air_s between them, max_speed_mps (the highest
+    mean ground speed between two consecutive position samples: a lower
+    bound of the true maximum, as close as the samples are dense), and the
+    flight's commands (time, name, result, latency_ms) with counts.
     """
-    ev = with_flight(events).where("in_flight")
+    ev_all = with_flight(events)
+    ev = ev_all.where("in_flight")
     order = Window.partitionBy("vid", "flight_no").orderBy("time", "seq")
     ev = ev.withColumn(
         "_leg_m",
         _haversine_m(
             F.lag("lat_deg").over(order), F.lag("lon_deg").over(order), F.col("lat_deg"), F.col("lon_deg")
         ),
-    )
+    ).withColumn("_leg_s", _seconds_between(F.lag("time").over(order), F.col("time")))
     ts = F.struct("time", "seq")
     agg = ev.groupBy("vid", "flight_no").agg(
         F.min(F.when(_t("armed"), F.col("time"))).alias("start"),
@@ -100,7 +121,11 @@ def flights(events: DataFrame) -> DataFrame:
         F.sum(F.when(_t("failsafe"), 1).otherwise(0)).cast("int").alias("failsafes"),
         F.array_sort(F.collect_set(F.when(_t("failsafe"), F.col("failsafe_type")))).alias("failsafe_types"),
         F.count("*").alias("events"),
+        F.min(F.when(_t("takeoff"), F.col("time"))).alias("takeoff_time"),
+        F.max(F.when(_t("landed"), F.col("time"))).alias("landing_time"),
+        F.max(F.when(F.col("_leg_s") > 0, F.col("_leg_m") / F.col("_leg_s"))).alias("max_speed_mps"),
     )
+    agg = agg.join(_flight_commands(ev_all), ["vid", "flight_no"], "left")
     return agg.where(F.col("start").isNotNull()).select(
         "vid",
         "flight_no",
@@ -115,6 +140,13 @@ def flights(events: DataFrame) -> DataFrame:
         "failsafe_types",
         "events",
         F.col("end").isNotNull().alias("complete"),
+        "takeoff_time",
+        "landing_time",
+        _seconds_between(F.col("takeoff_time"), F.col("landing_time")).alias("air_s"),
+        "max_speed_mps",
+        "commands",  # null when the flight had none
+        F.coalesce("command_count", F.lit(0)).alias("command_count"),
+        F.coalesce("commands_accepted", F.lit(0)).alias("commands_accepted"),
     )
 
 

@@ -46,6 +46,9 @@ CUSTOM_MODE = {
 SEVERITY_NAMES = ("EMERGENCY", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG")
 # Results of the occasional extra commands (goto, param_set...), by weight.
 EXTRA_RESULTS = (("accepted", 80), ("rejected", 6), ("failed", 4), ("timeout", 4), ("expired", 3), ("invalid", 3))
+# Results after which a command may still have acted on the vehicle; the
+# others (refused, never sent) cannot have caused anything.
+EFFECT_RESULTS = ("accepted", "timeout", "unknown")
 MAV_RESULT = {"accepted": 0, "rejected": 2, "failed": 4, "timeout": None, "expired": None, "invalid": None}
 
 
@@ -107,6 +110,11 @@ class _Vehicle:
         self.truth = truth
         self.vid = vid_name(index)
         self.rng = random.Random(f"mavjet-audit:{cfg.seed}:{index}:{day}")
+        # A second stream for the set_mode/land commands, so that adding them
+        # left the rest of every history as it was.
+        self.rng2 = random.Random(f"mavjet-audit-cmd:{cfg.seed}:{index}:{day}")
+        self.pending: dict[str, ChainTruth] = {}
+        self.flight_cmds: list[tuple[str, str]] = []
         home_rng = random.Random(f"mavjet-audit-home:{cfg.seed}:{index}")
         self.flavour = "ardupilot" if home_rng.random() < 0.7 else "px4"
         self.home = (
@@ -148,8 +156,12 @@ class _Vehicle:
         self.events.append(SynthEvent(self.t_ns, self.vid, etype, data, msg_id))
         self.truth.events += 1
         self.truth.by_type[etype] += 1
+        chain = self.pending.pop(etype, None)
+        if chain is not None:
+            chain.effect_ns = self.t_ns
 
-    def command(self, name: str, result: str = "accepted") -> None:
+    def command(self, name: str, result: str = "accepted", effect: str | None = None) -> None:
+        """A cmd_result; `effect` is the event type an accepted command causes next."""
         self.cmd_n += 1
         cmd_id = f"{self.vid}-{self.day}-{self.cmd_n}"
         if result == "timeout":
@@ -158,7 +170,9 @@ class _Vehicle:
             latency_ms = round(self.rng.uniform(0.2, 3.0), 2)
         else:
             latency_ms = round(self.rng.lognormvariate(math.log(45.0), 0.6), 2)
-        self.t_ns += int(latency_ms * MS) + MS
+        self.t_ns += MS
+        issued_ns = self.t_ns
+        self.t_ns += int(latency_ms * MS)
         self.emit(
             "cmd_result",
             {
@@ -173,8 +187,19 @@ class _Vehicle:
             disc=cmd_id,
         )
         self.truth.commands_by_result[result] += 1
+        self.flight_cmds.append((name, result))
+        chain = ChainTruth(
+            vid=self.vid, cmd_id=cmd_id, name=name, result=result, issued_ns=issued_ns,
+            effect_type=effect if result in EFFECT_RESULTS else None,
+        )
+        if chain.effect_type is not None:
+            self.pending[chain.effect_type] = chain
         if self.truth.keep_detail:
-            self.truth.commands.append(CommandTruth(vid=self.vid, name=name, result=result, latency_ms=latency_ms))
+            self.truth.commands.append(
+                CommandTruth(vid=self.vid, name=name, result=result, latency_ms=latency_ms, cmd_id=cmd_id,
+                             issued_ns=issued_ns)
+            )
+            self.truth.chains.append(chain)
 
     def set_mode(self, mode: str, flight_modes: list[str]) -> None:
         prev, self.mode = self.mode, mode
@@ -189,12 +214,13 @@ class _Vehicle:
         rng = self.rng
         flight_modes: list[str] = [self.mode]
         failsafes: list[str] = []
+        self.flight_cmds = []
         self.battery_pct = round(rng.uniform(92.0, 100.0), 1)
         if rng.random() < 0.05:
-            self.command("arm", "rejected")
+            self.command("arm", "rejected", effect="armed")
             self.statustext(3, "PreArm: Battery below minimum arming voltage")
             self.advance(5, 30)
-        self.command("arm")
+        self.command("arm", effect="armed")
         self.armed = True
         start_ns = self.t_ns
         start_batt = self.battery_pct
@@ -202,7 +228,7 @@ class _Vehicle:
         self.advance(1, 3)
         self.set_mode(self.modes["takeoff"], flight_modes)
         self.advance(0.5, 2)
-        self.command("takeoff")
+        self.command("takeoff", effect="takeoff")
         takeoff_ns = self.t_ns
         target_alt = round(rng.uniform(20.0, 120.0), 1)
         self.alt_m = 1.5
@@ -212,7 +238,14 @@ class _Vehicle:
         self.advance(5, 15)
         self.alt_m = target_alt
         max_alt = max(max_alt, self.alt_m)
-        self.command("mission_start")
+        if self.rng2.random() < 0.3:  # the operator holds position first (sometimes refused)
+            ok = self.rng2.random() < 0.85
+            self.command("set_mode", "accepted" if ok else "rejected", effect="mode_changed")
+            if ok:
+                self.t_ns += int(self.rng2.uniform(0.2, 1.5) * 1e9)
+                self.set_mode(self.modes["loiter"], flight_modes)
+            self.t_ns += int(self.rng2.uniform(2.0, 10.0) * 1e9)
+        self.command("mission_start", effect="mode_changed")
         self.set_mode(self.modes["mission"], flight_modes)
         n_items = rng.randint(2, 6)
         fs_at = rng.randint(1, n_items) if rng.random() < self.cfg.failsafe_prob else 0
@@ -254,8 +287,9 @@ class _Vehicle:
                 break
         if not failsafe_ns:
             self.advance(1, 5)
-            self.command("rtl")
-            self.set_mode("RTL", flight_modes)
+            back = "RTL" if self.rng2.random() < 0.8 else "LAND"
+            self.command(back.lower(), effect="landed")
+            self.set_mode(back, flight_modes)
         # the way home (or down)
         self.advance(30, 180)
         if self.mode == "RTL":
@@ -288,7 +322,8 @@ class _Vehicle:
             self.truth.flights.append(
                 FlightTruth(vid=self.vid, start_ns=start_ns, end_ns=end_ns, max_alt_m=round(max_alt, 2),
                             distance_m=round(distance, 1), battery_used_pct=used, modes=dedup,
-                            failsafes=failsafes)
+                            failsafes=failsafes, takeoff_ns=takeoff_ns, landed_ns=landed_ns,
+                            commands=list(self.flight_cmds))
             )
             if failsafe_ns:
                 self.truth.failsafes.append(
@@ -352,3 +387,9 @@ async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | 
 def default_end_ns() -> int:
     now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     return int(now.timestamp()) * 10**9
+
+
+__all__ = [
+    "AuditConfig", "ChainTruth", "CommandTruth", "FailsafeTruth", "FlightTruth", "SynthEvent", "Truth",
+    "default_end_ns", "generate", "haversine_m", "publish", "vid_name",
+]

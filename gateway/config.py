@@ -42,7 +42,7 @@ class VehicleConfig:
     # MAVLink system id. Required when vehicles share one udp: port (an edge
     # hub receiving a fleet on 14550): the gateway tells them apart by it.
     sysid: int | None = None
-    # MAVLink 2 signing key (32 bytes, hex or raw); read by the vehicle twin. Set: sign and verify (docs/security.md).
+    # MAVLink 2 signing key (32 bytes, hex or raw); read by the vehicle twin. Set: sign and verify (docs/signing.md).
     signing_key_file: Path | None = None
 
     def __post_init__(self) -> None:

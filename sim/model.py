@@ -29,6 +29,7 @@ from sim import encoder as enc
 from sim import geo, params, streams
 from sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
 from sim.modes import Mode, SimFlavour, px4_custom
+from sim.terrain import TerrainServer
 
 MAX_DT: Final = 0.1  # physics and telemetry resolution, sim seconds
 FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
@@ -158,6 +159,7 @@ class VehicleModel:
         self.compid = COMP_AUTOPILOT
         self.params: dict[str, float] = params.defaults(opts.sysid)
         self.missions = MissionServer(ardupilot=opts.flavour.name == "ardupilot")
+        self.terrain = TerrainServer()  # terrain grids wanted by terrain-frame items (TERRAIN_REQUEST)
         self.schedule = streams.Schedule()
         self.out: list[Any] = []
         self.executions: list[ExecutedCommand] = []
@@ -183,7 +185,7 @@ class VehicleModel:
     # ------------------------------------------------------------------ boot
     def _boot(self, now: float) -> None:
         """Power-on state; params, missions, position and battery charge survive a reboot."""
-        self.sysid = int(self.params["SYSID_THISMAV"])
+        self.sysid = int(self.params["MAV_SYSID"])
         self.now = now
         self.boot_at = now
         self.armed = False
@@ -213,6 +215,8 @@ class VehicleModel:
         self.fence = _Fence()
         self.landed_since = now
         self._next_prearm_text = now + PREARM_DISPLAY_S
+        self._prearm_ok = False  # a check that starts failing after passing is printed at once
+        self._next_prearm_check = now
         self._sent: dict[int, _Sent] = {}
         self._pending: list[_Pending] = []
         self.schedule.reset(now)
@@ -424,11 +428,15 @@ class VehicleModel:
     def _on_mission_ack(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         return None  # ends a download; nothing is tracked for downloads
 
+    def _on_terrain_data(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+        self.terrain.on_data(msg)
+
     def _mission_committed(self) -> None:
         if MISSION in self.missions.changed:
             self.missions.changed.discard(MISSION)
             self.mission_seq = 1
             self.item_started = False
+            self.terrain.need_for(self._mission()[1:])
             self.mission_state = R.MISSION_STATE_NOT_STARTED if len(self._mission()) > 1 else R.MISSION_STATE_NO_MISSION
             if self.fmode.behaviour == "auto" and len(self._mission()) <= 1:
                 self._enter_mode(self._mode_or_die(self.flavour.hold), "mission_cleared")
@@ -704,6 +712,8 @@ class VehicleModel:
             return "PreArm: Battery 1 below minimum arming voltage"
         if self.params["FENCE_ENABLE"] and self._fence_breach() != 0:
             return "PreArm: Fence: vehicle outside fence"
+        if self.params["TERRAIN_ENABLE"] and self.terrain.pending:
+            return "PreArm: waiting for terrain data"
         return None
 
     def disarm(self, *, force: bool = False) -> int:
@@ -826,14 +836,29 @@ class VehicleModel:
             self._battery_check()
         if self.armed and self.params["FENCE_ENABLE"]:
             self._fence_check()
-        if self.now >= self._next_prearm_text:
-            self._next_prearm_text = self.now + PREARM_DISPLAY_S
-            failing = None if self.armed or self.params["ARMING_CHECK"] == 0 else self._prearm_failure()
-            if failing is not None and failing.startswith("PreArm: "):
-                self._text(R.MAV_SEVERITY_CRITICAL, failing)
+        if self.now >= self._next_prearm_check:
+            self._prearm_update()
         delay = self.params["DISARM_DELAY"]
         if self.armed and self.landed and delay > 0 and self.now - self.landed_since >= delay:
             self._disarm("auto")
+
+    def _prearm_update(self) -> None:
+        """ArduPilot's 1 Hz pre-arm pass: print a failing check every PREARM_DISPLAY_S, or at once when it starts failing.
+
+        Also asks for missing terrain (TERRAIN_REQUEST), which ArduPilot does at
+        its terrain stream's rate; here once a second while any is missing.
+        """
+        self._next_prearm_check = self.now + 1.0
+        failing = None if self.armed or self.params["ARMING_CHECK"] == 0 else self._prearm_failure()
+        failing = failing if failing is not None and failing.startswith("PreArm: ") else None
+        if failing is not None and (self._prearm_ok or self.now >= self._next_prearm_text):
+            self._next_prearm_text = self.now + PREARM_DISPLAY_S
+            self._text(R.MAV_SEVERITY_CRITICAL, failing)
+        self._prearm_ok = failing is None
+        if self.params["TERRAIN_ENABLE"]:
+            request = self.terrain.request()
+            if request is not None:
+                self._send(request)
 
     # ------------------------------------------------------------------ kinematics
     def _physics(self, dt: float) -> None:
@@ -1383,6 +1408,7 @@ _HANDLERS: Final[dict[str, Any]] = {
     "MISSION_CLEAR_ALL": VehicleModel._on_mission_clear_all,
     "MISSION_SET_CURRENT": VehicleModel._on_mission_set_current,
     "MISSION_ACK": VehicleModel._on_mission_ack,
+    "TERRAIN_DATA": VehicleModel._on_terrain_data,
 }
 
 _P_GPI: Final = enc.GLOBAL_POSITION_INT

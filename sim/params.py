@@ -7,7 +7,7 @@ an INT8 stores 3), every value travels as a float in PARAM_VALUE, and unknown
 names are ignored without an answer. The parameters the simulator acts on are
 marked in `docs/sim.md`; the rest are stored and reported only.
 
-Defaults follow ArduCopter 4.5 except where noted: DISARM_DELAY is 0 so tests
+Names and defaults follow ArduCopter 4.7 (MAV_SYSID) except where noted: DISARM_DELAY is 0 so tests
 that arm and wait are not racing the automatic disarm, and the battery is a
 4S 5200 mAh pack whose low/critical voltages (14.7 V, 14.2 V) fall at about
 25 % and 7 % in the simulator's voltage model, with a low-battery action of
@@ -36,8 +36,10 @@ class SimParamSpec:
 
 _TABLE: Final[tuple[tuple[str, float, int], ...]] = (
     ("FORMAT_VERSION", 120, INT16),
-    ("SYSID_THISMAV", 1, INT16),
-    ("SYSID_MYGCS", 255, INT16),
+    # ArduPilot 4.7 renamed SYSID_THISMAV / SYSID_MYGCS into the MAV_ namespace (converted once at
+    # load, no alias: the old names are unknown to a 4.7 vehicle).
+    ("MAV_SYSID", 1, INT16),
+    ("MAV_GCS_SYSID", 255, INT16),
     ("FRAME_CLASS", 1, INT8),
     ("FRAME_TYPE", 1, INT8),
     ("ARMING_CHECK", 1, INT32),
@@ -94,6 +96,7 @@ _TABLE: Final[tuple[tuple[str, float, int], ...]] = (
     ("LOG_BITMASK", 176126, INT32),
     ("SERIAL0_BAUD", 115, INT32),
     ("SERIAL0_PROTOCOL", 2, INT8),
+    ("TERRAIN_ENABLE", 1, INT8),
 )
 
 SPECS: Final[tuple[SimParamSpec, ...]] = tuple(SimParamSpec(name=n, default=float(d), type=t) for n, d, t in _TABLE)
@@ -111,5 +114,5 @@ def coerce(spec: SimParamSpec, value: float) -> float:
 
 def defaults(sysid: int) -> dict[str, float]:
     values = {s.name: s.default for s in SPECS}
-    values["SYSID_THISMAV"] = float(sysid)
+    values["MAV_SYSID"] = float(sysid)
     return values

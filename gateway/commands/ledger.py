@@ -50,6 +50,7 @@ import anyio
 from gateway.sqlite import SqliteWorker
 
 MAX_INDEXED = 200_000
+MARKS_BATCH = 128  # spooled marks written once this many are pending (or earlier, with a multi-row commit)
 IN_FLIGHT = "in_flight"  # the `result` of a row written before the first transmission
 
 _COLUMNS = "cmd_id, vid, name, result, subject, msg_id, payload, spooled, at_ns"
@@ -107,7 +108,8 @@ class Ledger:
         self.retention_s = retention_s
         self._worker = SqliteWorker(path, name="ledger", setup=self._setup)
         self._marks_lock = threading.Lock()  # `_marks` is added to on the loop, drained on the worker
-        self._marks: set[Key] = set()  # spooled flags not yet written (applied with the next commit)
+        self._marks: set[Key] = set()  # spooled flags not yet written (see `mark_spooled`)
+        self._sync: str | None = None  # the connection's `synchronous` setting (worker thread)
         self._pending: list[tuple[LedgerEntry, bool, asyncio.Future[bool]]] = []
         self._writing = False
         # Every id in the ledger, in memory: the common case (a new command) is answered without SQLite.
@@ -116,9 +118,16 @@ class Ledger:
         self._ids: set[Key] | None = None
 
     # -- on the worker thread ----------------------------------------------
+    def _set_sync(self, db: sqlite3.Connection, mode: str) -> None:
+        # Only when it changes: each statement is one more round of the GIL between worker and loop.
+        if self._sync != mode:
+            db.execute(f"PRAGMA synchronous={mode}")
+            self._sync = mode
+
     def _setup(self, db: sqlite3.Connection) -> None:
+        self._sync = None  # a new connection
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # an entry must survive power loss, not just a crash
+        self._set_sync(db, "FULL")  # an in-flight entry must survive power loss, not just a crash
         pk = {str(r[1]): int(r[5]) for r in db.execute("PRAGMA table_info(ledger)").fetchall()}
         if pk and not pk.get("vid"):  # a ledger keyed on the id alone (before ids were per vehicle): re-key it
             db.execute("ALTER TABLE ledger RENAME TO ledger_by_id")
@@ -140,7 +149,7 @@ class Ledger:
     def _flush_marks(self, db: sqlite3.Connection) -> None:
         marks = self._take_marks()
         if marks:
-            db.execute("PRAGMA synchronous=NORMAL")
+            self._set_sync(db, "NORMAL")
             db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
 
     def _lookup(self, db: sqlite3.Connection, key: Key) -> LedgerEntry | None:
@@ -158,37 +167,44 @@ class Ledger:
 
         The first final row for a key wins (it replaces an in-flight row);
         the result says which entries this call wrote. `durable` commits with
-        an fsync (synchronous=FULL, ~4 ms on these disks): an in-flight row
-        must survive power loss, because without it a redelivery would send
-        the command again.
+        an fsync (synchronous=FULL, ~0.3-4 ms depending on the disk): an
+        in-flight row must survive power loss, because without it a
+        redelivery would send the command again.
+
+        One vehicle's command costs two of these (in flight, final), each a
+        round trip to this thread, so the common single row is one statement
+        (plus a `synchronous` switch): each statement releases and retakes
+        the GIL, and under load each retake waits for the event loop.
         """
         durable = any(d for _, d in batch)
-        out: list[bool] = []
-        marks = self._take_marks()
-        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        db.execute("BEGIN")
-        try:
-            db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
-            for entry, _ in batch:
-                cur = db.execute(
-                    _UPSERT,
-                    (entry.cmd_id, entry.vid, entry.name, entry.result, entry.subject, entry.msg_id,
-                     entry.payload, int(entry.spooled), entry.at_ns),
-                )  # fmt: skip
-                out.append(cur.rowcount == 1)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            with self._marks_lock:
-                self._marks |= marks
-            raise
+        with self._marks_lock:
+            take = len(self._marks) >= MARKS_BATCH or (bool(self._marks) and len(batch) > 1)
+        marks = self._take_marks() if take else set()
+        rows = [(e.cmd_id, e.vid, e.name, e.result, e.subject, e.msg_id, e.payload, int(e.spooled), e.at_ns)
+                for e, _ in batch]  # fmt: skip
+        self._set_sync(db, "FULL" if durable else "NORMAL")
+        if len(rows) == 1 and not marks:  # autocommit: the statement is its own transaction
+            out = [db.execute(_UPSERT, rows[0]).rowcount == 1]
+        else:
+            db.execute("BEGIN")
+            try:
+                if marks:
+                    db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
+                out = [db.execute(_UPSERT, row).rowcount == 1 for row in rows]
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                with self._marks_lock:
+                    self._marks |= marks
+                raise
         if self._ids is not None:
             self._ids.update(e.key for e, _ in batch)
         return out
 
     def _prune(self, db: sqlite3.Connection, now_ns: int) -> int:
         cutoff = now_ns - int(self.retention_s * 1e9)
-        db.execute("PRAGMA synchronous=NORMAL")
+        self._flush_marks(db)
+        self._set_sync(db, "NORMAL")
         ids = self._ids
         if ids is not None:
             gone = db.execute("SELECT vid, cmd_id FROM ledger WHERE at_ns < ?", (cutoff,)).fetchall()
@@ -246,15 +262,20 @@ class Ledger:
         await self._worker.run(self._clear_in_flight, (vid, cmd_id))
 
     def _clear_in_flight(self, db: sqlite3.Connection, key: Key) -> None:
-        db.execute("PRAGMA synchronous=NORMAL")
+        self._set_sync(db, "NORMAL")
         cur = db.execute(f"DELETE FROM ledger WHERE vid = ? AND cmd_id = ? AND result = '{IN_FLIGHT}'", key)
         if cur.rowcount and self._ids is not None:
             self._ids.discard(key)
 
     def mark_spooled(self, vid: str, cmd_id: str) -> None:
-        """Note that the command's result is in the durable spool; written with the next commit (or at close).
+        """Note that the command's result is in the durable spool; written later, in batches.
 
-        Losing a mark (a crash first) only means a redelivery re-spools the
+        Marks are written once `MARKS_BATCH` are pending, with a multi-row
+        commit, before a lookup or a prune, and at close. Deferring them
+        costs no safety: a mark matters only to a redelivery, and the
+        command is acked right after its mark, so a crash that could cause
+        a redelivery always finds its mark unwritten, however soon the next
+        commit comes. Losing a mark only means a redelivery re-spools the
         result, which the stream de-duplicates by its msg id.
         """
         with self._marks_lock:

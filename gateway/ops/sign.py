@@ -1,4 +1,4 @@
-"""`mavjet sign`: MAVLink 2 signing keys for vehicles (docs/security.md, "MAVLink signing").
+"""`mavjet sign`: MAVLink 2 signing keys for vehicles (docs/signing.md).
 
     mavjet sign keygen FILE
         write a new random 32-byte key as 64 hex digits (file mode 0600; an existing file is kept)

@@ -6,11 +6,19 @@ Pure: the charts are SVG strings, inspected as XML.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from xml.etree import ElementTree
 
 import pytest
 
-from analytics.report import CHAR_W_10PX, bar_chart, grouped_log_bars, label_step, nice_ticks, stacked_columns
+from analytics.report import (
+    CHAR_W_10PX,
+    bar_chart,
+    grouped_log_bars,
+    label_step,
+    nice_ticks,
+    stacked_columns,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -31,7 +39,7 @@ def test_count_ticks_are_integers_from_zero_past_the_maximum(vmax: int) -> None:
     ticks = nice_ticks(vmax, integer=True)
     assert ticks[0] == 0 and ticks[-1] >= vmax and 2 <= len(ticks) <= 7
     assert all(float(t).is_integer() for t in ticks)
-    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:], strict=False)}
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(ticks)}
     assert len(steps) == 1
 
 
@@ -55,7 +63,7 @@ def test_date_labels_never_overlap_for_any_range() -> None:
         assert labels and labels[0].text == days[0]
         xs = [float(t.get("x", "0")) for t in labels]
         width = len(days[0]) * CHAR_W_10PX
-        assert all(b - a >= width for a, b in zip(xs, xs[1:], strict=False)), n_days
+        assert all(b - a >= width for a, b in itertools.pairwise(xs)), n_days
     assert label_step(["2025-06-01"] * 10, 100.0) == 1
 
 

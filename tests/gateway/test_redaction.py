@@ -7,6 +7,7 @@ unreachable server and against a real nats-server that requires that password.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -25,6 +26,7 @@ from gateway.contract.errors import ConfigError
 from gateway.contract.natsconn import NatsOptions, NatsUnavailable
 from gateway.contract.redact import redact, redact_event
 from gateway.ops.natsserver import NatsServer, free_port, wait_port
+from gateway.ops.runner import run_cli
 
 PASSWORD = "s3cretPW-9f2c"
 TOKEN = "tok3n-77ab"
@@ -162,3 +164,14 @@ def test_gateway_process_never_prints_the_password_when_connected(
     text = _run_gateway(tmp_path, url, seconds=20, until="nats_connected")
     assert "nats_connected" in text, text[-2000:]
     assert PASSWORD not in text, text[-2000:]
+
+
+def test_operator_command_error_line_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="mavjet twin")
+
+    def run(_: argparse.Namespace) -> int:
+        raise NatsUnavailable((f"nats://alice:{PASSWORD}@hub:4222",), f"ConnectionRefusedError at {TOKEN}@hub")
+
+    assert run_cli(parser, run, []) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mavjet twin: cannot reach NATS at nats://alice:***@hub:4222") and PASSWORD not in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.contract.natsconn import describe_error
 from gateway.ops.natsserver import NatsServer, wait_port
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
@@ -135,3 +137,19 @@ def test_gateway_logs_the_failed_check_and_keeps_retrying(tmp_path: Path, tls_se
     unreachable = [e for e in lines if e.get("event") == "nats_unreachable"]
     assert unreachable, log_path.read_text()[-2000:]
     assert "TLS certificate verify failed" in unreachable[0]["error"] and "unknown CA" in unreachable[0]["error"]
+
+
+@pytest.mark.parametrize(("code", "message", "named"), [
+    (10, "certificate has expired", "expired"),
+    (18, "self-signed certificate", "self-signed"),
+    (19, "self-signed certificate in certificate chain", "self-signed CA"),
+    (20, "unable to get local issuer certificate", "unknown CA"),
+    (62, "Hostname mismatch, certificate is not valid for 'hub'", "hostname mismatch"),
+])
+def test_each_verify_failure_is_named(code: int, message: str, named: str) -> None:
+    """The checks a loopback test cannot stage (expired needs a clock in the past) are named too."""
+    exc = ssl.SSLCertVerificationError(1, f"[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: {message}")
+    exc.verify_code = code
+    exc.verify_message = message
+    line = describe_error(exc)
+    assert line.startswith(f"TLS certificate verify failed: {message} (") and named in line, line

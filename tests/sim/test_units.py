@@ -87,7 +87,8 @@ def test_params_coerce_to_type() -> None:
     assert params.coerce(params.BY_NAME["FENCE_ENABLE"], 1000) == 127.0  # INT8 clamps
     assert params.coerce(params.BY_NAME["WPNAV_SPEED"], 742.25) == 742.25
     assert len(params.SPECS) >= 40 and len(params.INDEX) == len(params.SPECS)
-    assert params.defaults(7)["SYSID_THISMAV"] == 7.0
+    assert params.defaults(7)["MAV_SYSID"] == 7.0  # the ArduPilot 4.7 name
+    assert "SYSID_THISMAV" not in params.defaults(7)  # converted at load, not an alias
 
 
 def test_mode_tables() -> None:

@@ -1,0 +1,134 @@
+"""Per-flight table, command chains and fleet KPIs checked against the synth ground truth."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from analytics import fleet, jobs
+from analytics.columns import SCHEMA_DDL
+from analytics.synth import Truth, generate, haversine_m
+from tests.analytics.support import History, read
+from tests.analytics.test_jobs import _ns, _pct
+
+
+@pytest.fixture(scope="module")
+def events(spark: Any, history: History) -> Iterator[Any]:
+    df = read(spark, history.url, partitions=2).cache()
+    assert df.count() == history.published
+    yield df
+    df.unpersist()
+
+
+def _expected_max_speed(history: History) -> dict[tuple[str, int], float]:
+    """From the generated events: the fastest leg between consecutive samples of each flight."""
+    by_vid: dict[str, list[Any]] = {}
+    for day in generate(history.cfg, Truth(keep_detail=False)):
+        for e in day:
+            by_vid.setdefault(e.vid, []).append(e)
+    out: dict[tuple[str, int], float] = {}
+    for vid, evs in by_vid.items():
+        start = None
+        for i, e in enumerate(evs):
+            if e.type == "armed":
+                start = i
+            elif e.type == "disarmed" and start is not None:
+                best = 0.0
+                seg = evs[start : i + 1]
+                for a, b in itertools.pairwise(seg):
+                    dt_s = (b.time_ns // 1000 - a.time_ns // 1000) / 1e6
+                    if dt_s > 0:
+                        d = haversine_m(a.data["lat_deg"], a.data["lon_deg"], b.data["lat_deg"], b.data["lon_deg"])
+                        best = max(best, d / dt_s)
+                out[(vid, evs[start].time_ns // 1000)] = best
+                start = None
+    return out
+
+
+def test_flight_table_has_times_speed_and_commands(events: Any, history: History) -> None:
+    rows = jobs.flights(events).collect()
+    truth = {(f.vid, f.start_ns // 1000): f for f in history.truth.flights}
+    speed = _expected_max_speed(history)
+    assert len(rows) == len(truth) > 20
+    for r in rows:
+        key = (r["vid"], _ns(r["start"]) // 1000)
+        f = truth[key]
+        assert _ns(r["takeoff_time"]) // 1000 == f.takeoff_ns // 1000
+        assert _ns(r["landing_time"]) // 1000 == f.landed_ns // 1000
+        assert r["air_s"] == pytest.approx((f.landed_ns - f.takeoff_ns) / 1e9, abs=2e-6)
+        assert r["max_speed_mps"] == pytest.approx(speed[key], rel=1e-9)
+        assert [(c["name"], c["result"]) for c in r["commands"]] == f.commands
+        assert r["command_count"] == len(f.commands)
+        assert r["commands_accepted"] == sum(1 for _, res in f.commands if res == "accepted")
+
+
+def test_command_chains_link_each_command_to_its_effect(events: Any, history: History) -> None:
+    rows = {r["cmd_id"]: r for r in fleet.command_chains(events).collect()}
+    chains = history.truth.chains
+    assert len(rows) == len(chains) == len(history.truth.commands)
+    names = {c.name for c in chains}
+    assert {"arm", "takeoff", "set_mode", "mission_start", "rtl", "land"} <= names
+    seen = 0
+    for c in chains:
+        r = rows[c.cmd_id]
+        assert r["name"] == c.name and r["result"] == c.result
+        assert _ns(r["issued"]) // 1000 == pytest.approx(c.issued_ns // 1000, abs=2)
+        if c.effect_type is None:
+            assert r["effect_time"] is None, c
+            continue
+        assert r["expects_effect"] and r["effect_type"] == c.effect_type
+        assert c.effect_ns, c  # the history always shows the effect
+        assert _ns(r["effect_time"]) // 1000 == c.effect_ns // 1000, c
+        assert r["effect_latency_ms"] == pytest.approx((c.effect_ns - c.issued_ns) / 1e6, abs=0.005)
+        seen += 1
+    assert seen > 50
+    # a refused command never gets an effect, even when one of its kind follows
+    refused = [c for c in chains if c.result == "rejected" and c.name in ("arm", "set_mode")]
+    assert refused and all(rows[c.cmd_id]["effect_time"] is None and not rows[c.cmd_id]["expects_effect"] for c in refused)
+    per_name = {r["name"]: r for r in fleet.chain_latency(fleet.command_chains(events)).collect()}
+    assert per_name["arm"]["effects"] == sum(1 for c in chains if c.name == "arm" and c.effect_ns)
+
+
+def test_fleet_kpis_match_history(events: Any, history: History) -> None:
+    fl = jobs.flights(events)
+    (k,) = fleet.fleet_kpis(fl, fleet.command_chains(events)).collect()
+    t = history.truth
+    assert k["flights"] == len(t.flights) and k["vehicles"] == len(t.flights_by_vid)
+    hours = sum((f.landed_ns - f.takeoff_ns) / 1e9 for f in t.flights) / 3600
+    assert k["flight_hours"] == pytest.approx(hours, rel=1e-6)
+    assert k["failsafes"] == len(t.failsafes)
+    assert k["failsafe_rate"] == pytest.approx(sum(1 for f in t.flights if f.failsafes) / len(t.flights))
+    assert k["failsafes_per_100h"] == pytest.approx(len(t.failsafes) * 100 / hours, rel=1e-6)
+    accepted = [c.latency_ms for c in t.commands if c.result == "accepted"]
+    assert k["commands"] == len(t.commands)
+    assert k["command_success_rate"] == pytest.approx(len(accepted) / len(t.commands))
+    assert k["median_cmd_latency_ms"] == pytest.approx(_pct(accepted, 0.5))
+    eff = [(c.effect_ns - c.issued_ns) / 1e6 for c in t.chains if c.effect_ns]
+    assert k["median_effect_latency_ms"] == pytest.approx(_pct(eff, 0.5), abs=0.005)
+
+
+def test_flight_samples_merge_a_track_stream(spark: Any) -> None:
+    t0 = dt.datetime(2025, 6, 1, 12, 0, 0)
+    names = [p.split()[0] for p in SCHEMA_DDL.split(", ")]
+
+    def row(i: int, typ: str, **kw: Any) -> tuple[Any, ...]:
+        base = {"stream": "S", "seq": i, "subject": f"fleet.t.veh.V.evt.{typ}", "vid": "V", "type": typ,
+                "time": t0 + dt.timedelta(seconds=10 * i), "data": "{}", "lat_deg": 47.0, "lon_deg": 8.0,
+                "alt_m": 0.0}
+        base.update(kw)
+        return tuple(base.get(n) for n in names)
+
+    ev = spark.createDataFrame([row(1, "armed"), row(2, "takeoff", alt_m=5.0), row(3, "disarmed")], SCHEMA_DDL)
+    track = spark.createDataFrame(
+        [("V", t0 + dt.timedelta(seconds=s), 47.0 + s * 1e-5, 8.0, float(s)) for s in (5, 15, 25, 40)],
+        "vid string, time timestamp, lat_deg double, lon_deg double, alt_m double",
+    )
+    rows = fleet.flight_samples(ev, track).orderBy("time").collect()
+    # samples at 5 s and 40 s are before the arm and after the disarm
+    assert [r["source"] for r in rows] == ["event", "track", "event", "track", "event"]
+    assert {r["flight_no"] for r in rows} == {1}
+    assert len(fleet.flight_samples(ev).collect()) == 3
