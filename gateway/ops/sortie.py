@@ -1,11 +1,18 @@
 """The demo's sortie flown through TWIN_CMD, like an operator's script would.
 
-`fly_sortie(nc, env, vid)`: GUIDED, arm, take off, fly a square of
-waypoints around the start point, RTL, and wait until the vehicle has landed
-and disarmed — each step a command on `fleet.<env>.veh.<vid>.cmd.<name>`
+`fly_sortie(nc, env, vid)`: the flavour's start mode, arm, take off, fly a
+square of waypoints around the start point, RTL, and wait until the vehicle
+has landed and disarmed — each step a command on `fleet.<env>.veh.<vid>.cmd.<name>`
 whose `cmd_result` is awaited, progress read from the twin's state channels
 (`state.position`, `state.status`). Nothing here talks to the vehicle or the
 gateway directly: if the sortie flies, the whole command path works.
+
+Each autopilot is flown its own way (`START_MODE`): ArduCopter in GUIDED
+(NAV_TAKEOFF, then DO_REPOSITION); PX4 as QGroundControl flies it, from
+AUTO.LOITER (Hold): NAV_TAKEOFF makes PX4 switch to AUTO.TAKEOFF and back to
+AUTO.LOITER at the altitude, DO_REPOSITION with the change-mode flag flies in
+AUTO.LOITER, and NAV_RETURN_TO_LAUNCH is AUTO.RTL, which lands and disarms.
+PX4 has no GUIDED mode.
 
 `fly_sortie_forever` repeats it with a pause (the demo's vehicles fly until
 the demo stops); a failed step is retried after a delay.
@@ -33,6 +40,12 @@ from gateway.ops.client import CommandClient, Result
 log = structlog.get_logger("mavjet.sortie")
 
 EARTH_M_PER_DEG = 111_320.0
+# The mode each flavour is put in before arming (the twin's `status.flavour`).
+START_MODE: dict[str, str] = {"ardupilot": "GUIDED", "px4": "AUTO.LOITER"}
+
+
+def start_mode(flavour: str | None) -> str:
+    return START_MODE.get(flavour or "", "GUIDED")
 
 
 class SortieFailed(MavjetError):
@@ -130,7 +143,7 @@ async def fly_sortie(
                          and twin.get("status", "armed") is not None, plan.step_timeout_s)
         lat0, lon0 = twin.get("position", "lat_deg"), twin.get("position", "lon_deg")
         log.info("sortie_start", vehicle=vid, alt_m=plan.alt_m, radius_m=plan.radius_m)
-        await command("set_mode", {"mode": "GUIDED"})
+        await command("set_mode", {"mode": start_mode(twin.get("status", "flavour"))})
         await command("arm")
         await command("takeoff", {"alt_m": plan.alt_m})
         await twin.until("climb", lambda: (twin.get("position", "alt_m") or 0.0) >= plan.alt_m - 1.0,
