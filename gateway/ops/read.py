@@ -23,6 +23,7 @@ from nats.js import api as jsapi
 
 from gateway.contract import envelope
 from gateway.contract.subjects import event_filter, parse_subject, state_filter
+from gateway.ops.fmt import format_value
 
 # A twin whose newest vehicle sample is older than this is stale (`--stale-after`).
 STALE_AFTER_S = 5.0
@@ -178,6 +179,6 @@ def format_event(r: Record) -> str:
         head = f"{d.pop('name', '?')} {d.pop('result', '?')} in {d.pop('latency_ms', 0) or 0:.0f} ms"
         d["cmd_id"] = str(d.get("cmd_id", ""))[:12]
         d = {"": head, **d}
-    detail = " ".join(f"{k}={v}" if k else str(v) for k, v in d.items() if v not in (None, ""))
+    detail = " ".join(f"{k}={format_value(k, v)}" if k else str(v) for k, v in d.items() if v not in (None, ""))
     ts = r.time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     return f"{ts} {r.vid:<10} {r.kind:<20} {detail} [{' '.join(snap)}]".rstrip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import os
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -40,6 +41,12 @@ def run_cli(
         print(redact(f"{parser.prog}: {exc}"), file=sys.stderr)  # the one line may quote a URL
         return EXIT_ERROR
     except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        # The reader went away (`mavjet events | head`): that is how a pipe ends, not an
+        # error. Point stdout at /dev/null so the interpreter's final flush stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from gateway.contract import natsconn
 from gateway.contract.subjects import STATE_CHANNELS, check_token
 from gateway.contract.units import parse_duration_s
+from gateway.ops.fmt import format_fields
 from gateway.ops.read import (
     STALE_AFTER_S,
     age_s,
@@ -72,7 +73,7 @@ async def run(args: argparse.Namespace) -> int:
         r = state.get((args.vid, ch))
         if r is None:
             continue
-        fields = ", ".join(f"{k}={_fmt(v)}" for k, v in r.data.items() if v is not None)
+        fields = format_fields(r.data)
         print(f"  {ch:<9} {r.time:%H:%M:%S.%f}"[:-3] + f" {age_s(r.time, now):>7.1f}s ago  {fields}")
     print("last events:")
     for e in events:
@@ -82,12 +83,6 @@ async def run(args: argparse.Namespace) -> int:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
 
 
 def main(argv: list[str]) -> int:

@@ -79,3 +79,18 @@ async def test_bad_times_exit_2_with_one_line(nats_server: NatsServer, args: tup
     out = _events(nats_server, *args)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and key in out.stderr, out.stderr
+
+
+async def test_a_closed_pipe_is_not_a_traceback(provisioned: Client, nats_server: NatsServer) -> None:
+    js = provisioned.jetstream()
+    now_ns = dt.datetime.now(dt.UTC).timestamp() * 1e9
+    for i in range(300):
+        await js.publish(event_subject("test", "VID-001", "statustext"),
+                         pack("VID-001", int(now_ns), {"severity": 6, "text": f"line {i} " + "x" * 200}),
+                         headers={"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": f"VID-001:statustext:p{i}"})
+    # `twin` prints everything at once after reading: the write hits the closed pipe in the command itself.
+    cmd = f"{sys.executable} -m gateway twin VID-001 --events 300 --nats {nats_server.url} --env test | head -n 1"
+    out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60, check=False)
+    assert out.stdout.count("\n") == 1 and "VID-001" in out.stdout
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+    assert out.returncode == 0, out.stderr
