@@ -9,6 +9,7 @@ only part that talks to the server. Idempotent: a second run reports
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import check_token
 from gateway.contract.units import parse_duration_s, parse_size_bytes
+from gateway.ops.reserve import SIZES, headroom_bytes, human_bytes, reservable
 from gateway.ops.runner import run_cli
 
 
@@ -102,8 +104,29 @@ def _stream_config(raw: dict[str, Any], env: str, replicas: int) -> jsapi.Stream
     )
 
 
-def load_definitions(directory: Path, *, env: str, replicas: int) -> list[Definition]:
-    """Read every `*.json` definition in `directory` for one environment."""
+def load_definitions(
+    directory: Path, *, env: str, replicas: int, size: str | None = None, max_bytes: dict[str, int] | None = None
+) -> list[Definition]:
+    """Read every `*.json` definition in `directory` for one environment.
+
+    `size` scales the reservations to a preset (gateway/ops/reserve.py SIZES);
+    `max_bytes` sets them per resource (`TWIN_EVENTS`, `TWIN_STATE`,
+    `TWIN_BLOBS`), after the preset.
+    """
+    defs = _load(directory, env=env, replicas=replicas)
+    if size is not None and size not in SIZES:
+        raise MavjetError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
+    wanted = dict(SIZES.get(size or "large", {}))
+    known = {d.name: d.stream_name for d in defs}
+    for name, n in (max_bytes or {}).items():
+        if name not in known and name not in known.values():
+            raise MavjetError(f"--max-bytes {name}: no such resource (one of {', '.join(sorted(known))})")
+        wanted[known.get(name, name)] = n
+    return [dataclasses.replace(d, config=dataclasses.replace(d.config, max_bytes=wanted[d.stream_name]))
+            if d.stream_name in wanted else d for d in defs]
+
+
+def _load(directory: Path, *, env: str, replicas: int) -> list[Definition]:
     check_token("env", env)
     if replicas not in (1, 3, 5):
         raise MavjetError(f"replicas must be 1, 3 or 5, not {replicas}")
@@ -197,18 +220,62 @@ def plan_stream(resource: str, live: jsapi.StreamConfig | None, wanted: jsapi.St
     return Action(resource=resource, verb="update" if changes else "unchanged", changes=changes)
 
 
+class ProvisionTooLarge(MavjetError):
+    """The server cannot reserve the file storage the definitions ask for."""
+
+    def __init__(self, asked: dict[str, int], headroom: int) -> None:
+        total = sum(asked.values())
+        parts = " + ".join(f"{name} {human_bytes(n)}" for name, n in asked.items())
+        fits = [name for name in ("medium", "small") if _preset_total(name, asked) <= headroom]
+        hint = f"use --size {fits[0]} " if fits else ""
+        super().__init__(
+            f"asked to reserve {human_bytes(total)} of file storage ({parts}) but the server allows "
+            f"{human_bytes(headroom)} more: {hint}or --max-bytes NAME=SIZE, or raise jetstream.max_file_store "
+            "in the nats-server config (deploy/nats/)"
+        )
+        self.asked = asked
+        self.headroom = headroom
+
+
+def _preset_total(size: str, asked: dict[str, int]) -> int:
+    preset = SIZES[size]
+    return sum(preset.get(name, n) for name, n in asked.items())
+
+
+def _file_bytes(cfg: jsapi.StreamConfig | None) -> int:
+    if cfg is None or _norm("storage", cfg.storage) != "file" or not cfg.max_bytes or cfg.max_bytes < 0:
+        return 0
+    return int(cfg.max_bytes)
+
+
 async def provision(js: JetStreamContext, defs: Sequence[Definition], *, dry_run: bool = False) -> list[Action]:
-    """Create missing resources and update drifted ones. Raises ProvisionConflict."""
-    actions: list[Action] = []
+    """Create missing resources and update drifted ones, all or nothing.
+
+    Plans everything first (raises ProvisionConflict before changing anything),
+    then checks the server can reserve the extra file storage (raises
+    ProvisionTooLarge with the numbers; a dry run checks too), then applies.
+    If applying fails midway, what this run created is deleted and what it
+    updated is put back, so the server is left as it was.
+    """
+    plans: list[tuple[Definition, Action, jsapi.StreamConfig | None]] = []
     for d in defs:
         label = f"{d.kind} {d.name}"
         try:
             live: jsapi.StreamConfig | None = (await js.stream_info(d.stream_name)).config
         except NotFoundError:
             live = None
-        action = plan_stream(label, live, d.config)
-        actions.append(action)
-        if dry_run or action.verb == "unchanged":
+        plans.append((d, plan_stream(label, live, d.config), live))
+    # A stream with unlimited max_bytes (-1) reserves nothing; an update reserves only its growth.
+    asked = {d.stream_name: _file_bytes(d.config) - _file_bytes(live) for d, a, live in plans if a.verb != "unchanged"}
+    asked = {name: n for name, n in asked.items() if n > 0}
+    if asked and not await reservable(js, sum(asked.values())):
+        raise ProvisionTooLarge(asked, await headroom_bytes(js, sum(asked.values())))
+    actions = [a for _, a, _ in plans]
+    if dry_run:
+        return actions
+    done: list[tuple[Definition, Action, jsapi.StreamConfig | None]] = []
+    for d, action, live in plans:
+        if action.verb == "unchanged":
             continue
         try:
             if action.verb == "create":
@@ -216,14 +283,29 @@ async def provision(js: JetStreamContext, defs: Sequence[Definition], *, dry_run
             else:
                 await js.update_stream(d.config)
         except Exception as exc:
+            undone = await _undo(js, done)
             text = str(exc)
-            if "insufficient storage" in text:
-                raise MavjetError(
-                    f"{label}: the server has less JetStream storage than max_bytes reserves; "
-                    "raise jetstream.max_file_store in the nats-server config (deploy/nats/)"
-                ) from exc
-            raise MavjetError(f"{label}: {action.verb} failed: {text}") from exc
+            why = ("the server has less JetStream storage than max_bytes reserves (mavjet provision --size small, "
+                   "or raise jetstream.max_file_store: deploy/nats/)") if "insufficient storage" in text else text
+            raise MavjetError(f"{action.resource}: {action.verb} failed: {why}; {undone}") from exc
+        done.append((d, action, live))
     return actions
+
+
+async def _undo(js: JetStreamContext, done: list[tuple[Definition, Action, jsapi.StreamConfig | None]]) -> str:
+    """Put back what this run changed, newest first; says what it could not."""
+    failed = []
+    for d, action, live in reversed(done):
+        try:
+            if action.verb == "create":
+                await js.delete_stream(d.stream_name)
+            elif live is not None:
+                await js.update_stream(live)
+        except Exception as exc:  # keep undoing the rest; report every one left behind
+            failed.append(f"{d.stream_name} ({type(exc).__name__}: {exc})")
+    if failed:
+        return "could not undo: " + ", ".join(failed)
+    return "nothing was changed" if not done else f"undid {len(done)} earlier change(s); nothing was changed"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,11 +318,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=1, help="1 on a single server, 3 on a cluster (default: 1)")
     p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     p.add_argument("--definitions", type=Path, default=DEFINITIONS_DIR, help="directory of JSON definitions")
+    p.add_argument("--size", choices=list(SIZES),
+                   help="scale the storage reservations: small (events 1 GiB, state 256 MiB, blobs 1 GiB: a laptop "
+                        "or companion), medium (10 GiB, 2 GiB, 10 GiB), large (the definitions: 100 GB, 10 GB); "
+                        "default: the definitions")
+    p.add_argument("--max-bytes", action="append", default=[], metavar="NAME=SIZE",
+                   help="reserve SIZE for one resource, e.g. TWIN_EVENTS=20GB (repeatable; after --size)")
     return p
 
 
+def _max_bytes(items: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, size = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError("expected NAME=SIZE")
+            out[name.strip()] = parse_size_bytes(size)
+        except ValueError as exc:
+            raise MavjetError(f"--max-bytes {item!r}: {exc}") from None
+    return out
+
+
 async def run(args: argparse.Namespace) -> int:
-    defs = load_definitions(args.definitions, env=args.env, replicas=args.replicas)
+    defs = load_definitions(args.definitions, env=args.env, replicas=args.replicas, size=args.size,
+                            max_bytes=_max_bytes(args.max_bytes))
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-provision"))
     try:
         actions = await provision(nc.jetstream(), defs, dry_run=args.dry_run)
