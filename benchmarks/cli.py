@@ -11,6 +11,7 @@ BENCHMARKS = {
     "commands": "benchmarks.commands",
     "shadow": "benchmarks.shadow",
     "replay": "benchmarks.replay",
+    "mixed": "benchmarks.mixed",
     "compare": "benchmarks.compare",
 }
 

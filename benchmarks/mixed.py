@@ -1,0 +1,201 @@
+"""`mavjet bench mixed --vehicles N --cmd-rate R`: command latency while the fleet streams state.
+
+Runs on this machine: a nats-server, the simulator (its own process) with N
+vehicles streaming at the gateway's configured rates, and a gateway with the
+command service in this process. During the window an open-loop generator
+sends R commands a second (`set_mode` to a vehicle's current mode, vehicles
+in turn), each measured from publish to its `cmd_result` seen by the issuer,
+while the gateway's state publishing is measured against the configured rate.
+Open loop: a slow command does not slow the next one's start, so queueing
+shows in the tail.
+
+Baseline in the same run, at the same time: the bare JetStream round trip
+(publish to TWIN_CMD, `fetch(1)` from a durable consumer, ack) at the same
+rate on the same loaded machine. The ratio says what the command path adds
+on top of what the loaded server and client already cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from benchmarks.commands import summary
+from benchmarks.kit import report, start_sim, stop_process
+from drivers.mavlink.transport import Endpoint
+from gateway import logs
+from gateway.commands.consumer import CommandService
+from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract.natsconn import NatsOptions
+from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
+from gateway.daemon import Gateway, tune_gc
+from gateway.ops.client import CommandClient
+from gateway.ops.demo import pick_base_port
+from gateway.ops.natsserver import NatsServer
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+
+ENV = "bench"
+
+
+async def open_loop(rate_hz: float, seconds: float, fire: Any) -> float:
+    """Start `fire(i)` every 1/rate s for `seconds`, without waiting for the previous ones; returns wall s."""
+    period = 1.0 / rate_hz
+    t0 = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        i = 0
+        while True:
+            due = t0 + i * period
+            if due - t0 >= seconds:
+                break
+            await anyio.sleep(max(0.0, due - time.monotonic()))
+            tg.start_soon(fire, i)
+            i += 1
+    return time.monotonic() - t0
+
+
+async def commands_at_rate(nc: Client, gw: Gateway, rate_hz: float, seconds: float) -> dict[str, Any]:
+    vids = list(gw.twins)
+    lat: list[float] = []
+    results: dict[str, int] = {}
+    async with CommandClient(nc, ENV, issuer="bench-mixed") as cc:
+        async def fire(i: int) -> None:
+            vid = vids[i % len(vids)]
+            t0 = time.perf_counter()
+            try:
+                r = await cc.call(vid, "set_mode", {"mode": gw.twins[vid].telemetry.mode or "STABILIZE"}, timeout_s=30)
+                res = str(r.result)
+            except Exception as exc:  # a lost result is a figure here, not a crash
+                res = f"error:{type(exc).__name__}"
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            results[res] = results.get(res, 0) + 1
+
+        wall = await open_loop(rate_hz, seconds, fire)
+    out = summary(lat, len(lat), wall)
+    out["results"] = results
+    return out
+
+
+async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> dict[str, Any]:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    name = "bench_mixed_base"
+    await js.add_consumer(CMD_STREAM, ConsumerConfig(
+        name=name, durable_name=name, filter_subject=cmd_filter(ENV, "BASE-0000"), ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=30, max_ack_pending=1000))  # fmt: skip
+    sub = await js.pull_subscribe_bind(durable=name, stream=CMD_STREAM)
+    lat: list[float] = []
+    lock = anyio.Lock()  # one fetcher at a time on the one consumer, as a vehicle's loop would
+
+    async def fire(i: int) -> None:
+        t0 = time.perf_counter()
+        await js.publish(cmd_subject(ENV, "BASE-0000", "noop"), b"x" * 64, headers={"Nats-Msg-Id": f"base-{i}"})
+        async with lock:
+            msg = (await sub.fetch(1, timeout=10))[0]
+        await msg.ack()
+        lat.append((time.perf_counter() - t0) * 1000.0)
+
+    wall = await open_loop(rate_hz, seconds, fire)
+    await sub.unsubscribe()
+    await js.delete_consumer(CMD_STREAM, name)
+    await nc.close()
+    return summary(lat, len(lat), wall)
+
+
+async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
+    nc = await nats.connect(server.url)
+    await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
+    n = args.vehicles
+    cfg = GatewayConfig(
+        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:04d}", endpoint=Endpoint.parse(f"tcp:127.0.0.1:{base + 10 * i}"))
+                       for i in range(n)),
+        nats=NatsOptions(servers=(server.url,)), env=ENV, instance="bench",
+        state_dir=Path(tmp) / "state", startup_timeout_s=max(15.0, n / 10),
+    )
+    gw = Gateway(cfg)
+    service = CommandService()
+    gw.services.append(service)
+    out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration}
+
+    async def measure() -> None:
+        try:
+            await gw.ready.wait()
+            tune_gc()
+            for _ in range(1200):  # up to 120 s for every consumer bound and every mode known
+                if (len(service.loops) == n and all(lp.binds for lp in service.loops.values())
+                        and all(t.telemetry.mode for t in gw.twins.values())):
+                    break
+                await anyio.sleep(0.1)
+            else:
+                raise RuntimeError("the gateway's command consumers did not start within 120 s")
+            print(f"gateway ready: {n} vehicles, measuring {args.duration:g} s at {args.cmd_rate:g} cmd/s", flush=True)
+            await anyio.sleep(args.warmup)
+            p0, t0 = gw.publisher.state_published, time.monotonic()
+            async with anyio.create_task_group() as tg:
+                async def cmds() -> None:
+                    out["commands"] = await commands_at_rate(nc, gw, args.cmd_rate, args.duration)
+
+                async def bare() -> None:
+                    out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(
+                        server.url, args.cmd_rate, args.duration)
+
+                tg.start_soon(cmds)
+                tg.start_soon(bare)
+            wall = time.monotonic() - t0
+            expected = n * sum(cfg.rates_hz.values()) * wall
+            out["state_msgs_per_s"] = round((gw.publisher.state_published - p0) / wall, 1)
+            out["state_expected_per_s"] = round(expected / wall, 1)
+            out["state_delivered_ratio"] = round((gw.publisher.state_published - p0) / expected, 3)
+        finally:
+            gw.request_stop("bench done")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(measure)
+        await gw.run()
+    await nc.close()
+    cmd, bare = out.get("commands", {}), out.get("baseline_jetstream_roundtrip", {})
+    if cmd.get("p99_ms") and bare.get("p99_ms"):
+        out["ratio_latency_p50"] = round(cmd["p50_ms"] / bare["p50_ms"], 2)
+        out["ratio_latency_p99"] = round(cmd["p99_ms"] / bare["p99_ms"], 2)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet bench mixed", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vehicles", type=int, default=100, help="simulated vehicles streaming state (default %(default)s)")
+    p.add_argument("--cmd-rate", type=float, default=10.0, help="commands per second, open loop (default %(default)s)")
+    p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds of streaming before measuring")
+    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd_rate <= 0 or args.vehicles < 1:
+        print("mavjet bench mixed: --cmd-rate must be > 0 and --vehicles >= 1", file=sys.stderr)
+        return 2
+    logs.configure("warning")
+    tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-")
+    server = NatsServer(store_dir=f"{tmp.name}/js")
+    server.start()
+    base = pick_base_port(args.vehicles, preferred=26760)
+    sim = start_sim(args.vehicles, base)
+    try:
+        res = asyncio.run(run(args, server, base, tmp.name))
+    finally:
+        stop_process(sim)
+        server.cleanup()
+        tmp.cleanup()
+    report(res, args.json or Path(f"bench-mixed-{args.vehicles}.json"))
+    return 0
