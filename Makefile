@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check bench clean venv
+.PHONY: demo demo-secure test lint typecheck check bench clean venv
 
 # The stamp is rebuilt whenever pyproject.toml changes, so a pull that adds a
 # dependency is picked up by the next `make` without anyone remembering to.
@@ -20,6 +20,10 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/mavjet demo
+
+# The same demo with per-identity NATS credentials and the permission matrix (docs/security.md).
+demo-secure: $(STAMP)
+	$(BIN)/mavjet demo --secure
 
 test: $(STAMP)
 	$(BIN)/ruff check gateway drivers sim analytics tests

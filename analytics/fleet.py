@@ -62,40 +62,36 @@ def command_chains(events: DataFrame) -> DataFrame:
         F.timestamp_micros(F.unix_micros("time") - lat_us).alias("issued"),
     )
     cmds = cmds.withColumn("effect_type", kind[F.col("name")]).withColumn("_window_s", window_s[F.col("name")])
-    keyed = cmds.select(
-        "vid",
-        F.coalesce("effect_type", F.lit("")).alias("_key"),
-        F.col("issued").alias("_t"),
-        F.lit(0).alias("_kind"),
-        F.col("ack_seq").alias("_seq"),
-        F.lit(1).alias("_is_cmd"),
-    )
+    # Commands and candidate effects in one frame, partitioned by vehicle and
+    # kind of effect. Walking each partition backwards (newest first), the
+    # last effect and the last command seen are the first ones *after* the
+    # current row: one sort, running frames only (an unbounded-following
+    # frame would be quadratic in Spark), no join.
+    key = F.struct("_t", "_kind", "_seq")
+    cmd_rows = cmds.withColumns({
+        "_key": F.coalesce("effect_type", F.lit("")), "_t": F.col("issued"), "_kind": F.lit(0),
+        "_seq": F.col("ack_seq"),
+    })
     effects = ev.where(F.col("type").isin(sorted({v[0] for v in EFFECTS.values()}))).select(
-        "vid",
-        F.col("type").alias("_key"),
-        F.col("time").alias("_t"),
-        F.lit(1).alias("_kind"),
+        "vid", F.col("type").alias("_key"), F.col("time").alias("_t"), F.lit(1).alias("_kind"),
         F.col("seq").alias("_seq"),
-        F.lit(0).alias("_is_cmd"),
     )
-    # Each effect belongs to the group of the latest command of its kind
-    # issued at or before it; a group's first effect is that command's.
-    order = Window.partitionBy("vid", "_key").orderBy("_t", "_kind", "_seq")
-    both = keyed.unionByName(effects).withColumn(
-        "_grp", F.sum("_is_cmd").over(order.rowsBetween(Window.unboundedPreceding, 0))
+    both = cmd_rows.unionByName(effects, allowMissingColumns=True)
+    newest_first = Window.partitionBy("vid", "_key").orderBy(
+        F.desc("_t"), F.desc("_kind"), F.desc("_seq")
+    ).rowsBetween(Window.unboundedPreceding, -1)
+    out = (
+        both.withColumn("_next_effect", F.last(F.when(F.col("_kind") == 1, key), ignorenulls=True).over(newest_first))
+        .withColumn("_next_cmd", F.last(F.when(F.col("_kind") == 0, key), ignorenulls=True).over(newest_first))
+        .where(F.col("_kind") == 0)
+        .withColumn(
+            "_et",
+            F.when(
+                F.col("_next_cmd").isNull() | (F.col("_next_effect") < F.col("_next_cmd")), F.col("_next_effect._t")
+            ),
+        )
+        .withColumn("_es", F.when(F.col("_et").isNotNull(), F.col("_next_effect._seq")))
     )
-    first = (
-        both.where(F.col("_is_cmd") == 0)
-        .groupBy("vid", "_key", "_grp")
-        .agg(F.min(F.struct("_t", "_seq")).alias("_first"))
-    )
-    cmd_groups = both.where(F.col("_is_cmd") == 1).select(
-        "vid", "_key", "_grp", F.col("_seq").alias("ack_seq")
-    )
-    linked = cmd_groups.join(first, ["vid", "_key", "_grp"], "left").select(
-        "vid", "ack_seq", F.col("_first._t").alias("_et"), F.col("_first._seq").alias("_es")
-    )
-    out = cmds.join(linked, ["vid", "ack_seq"], "left")
     ok = (
         F.col("effect_type").isNotNull()
         & F.col("result").isin(*EFFECT_RESULTS)

@@ -21,6 +21,8 @@ from typing import Any
 from analytics.report import CSS, PALETTE, _e, _num, _tick_text, nice_ticks, table
 
 EARTH_RADIUS_M = 6_371_000.0
+# Next to report.html; not `flights/`, which holds the flights job's Parquet.
+PAGES_DIR = "flight-pages"
 
 
 def project_m(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -93,7 +95,7 @@ def time_series_svg(
     plot_w, plot_h = width - left - right, height - top - bottom
     t_max_min = max(max(t for t, _ in samples) / 60.0, 1.0)
     xt = nice_ticks(t_max_min, integer=True, max_ticks=8)
-    lo = min(0.0, min(v for _, v in samples))
+    lo = min(0.0, *(v for _, v in samples))
     yt = nice_ticks(max(v for _, v in samples) - lo or 1.0, max_ticks=5)
     x_max, y_span = xt[-1] or 1.0, yt[-1] or 1.0
 
@@ -131,7 +133,7 @@ def _iso(v: Any) -> str:
 
 def flight_file(vid: str, flight_no: int) -> str:
     """The page's path relative to the report's directory."""
-    return f"flights/{vid}-{flight_no}.html"
+    return f"{PAGES_DIR}/{vid}-{flight_no}.html"
 
 
 FLIGHT_FIELDS = (

@@ -25,7 +25,7 @@ def _t(name: str) -> Column:
 
 def valid(events: DataFrame) -> DataFrame:
     """Rows that decoded: error rows are reported, never joined into results."""
-    return events.where(F.col("error").isNull() & F.col("time").isNotNull() & F.col("vid").isNotNull())
+    return events.where(_valid_cond())
 
 
 def time_range(events: DataFrame, start: dt.datetime | None, end: dt.datetime | None) -> DataFrame:
@@ -41,20 +41,37 @@ def _seconds_between(a: Column, b: Column) -> Column:
     return (F.unix_micros(b) - F.unix_micros(a)) / F.lit(1_000_000.0)
 
 
-def with_flight(events: DataFrame) -> DataFrame:
-    """Add `flight_no` (armed events so far for the vehicle, 0 before the first)
-    and `in_flight` (between an armed event and the disarmed that closes it)."""
+def _valid_cond() -> Column:
+    return F.col("error").isNull() & F.col("time").isNotNull() & F.col("vid").isNotNull()
+
+
+def add_flight_columns(events: DataFrame) -> DataFrame:
+    """`flight_no` and `in_flight` (see with_flight) on every row, error rows kept.
+
+    Only valid rows count, so the numbers on the valid rows are exactly
+    with_flight's. A caller that runs several jobs (the replay) caches this
+    once: with_flight then finds the columns and skips its window passes.
+    """
+    ok = _valid_cond()
     order = Window.partitionBy("vid").orderBy("time", "seq")
-    ev = valid(events).withColumn(
+    ev = events.withColumn(
         "flight_no",
-        F.sum(F.when(_t("armed"), 1).otherwise(0)).over(order.rowsBetween(Window.unboundedPreceding, 0)),
+        F.sum(F.when(_t("armed") & ok, 1).otherwise(0)).over(order.rowsBetween(Window.unboundedPreceding, 0)),
     )
     per_flight = Window.partitionBy("vid", "flight_no")
-    ev = ev.withColumn("_disarm_time", F.min(F.when(_t("disarmed"), F.col("time"))).over(per_flight))
+    ev = ev.withColumn("_disarm_time", F.min(F.when(_t("disarmed") & ok, F.col("time"))).over(per_flight))
     return ev.withColumn(
         "in_flight",
         (F.col("flight_no") > 0) & (F.col("_disarm_time").isNull() | (F.col("time") <= F.col("_disarm_time"))),
     ).drop("_disarm_time")
+
+
+def with_flight(events: DataFrame) -> DataFrame:
+    """Add `flight_no` (armed events so far for the vehicle, 0 before the first)
+    and `in_flight` (between an armed event and the disarmed that closes it)."""
+    if "flight_no" in events.columns and "in_flight" in events.columns:
+        return valid(events)
+    return add_flight_columns(valid(events))
 
 
 def _haversine_m(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Column:
@@ -208,7 +225,11 @@ def failsafe_events(events: DataFrame) -> DataFrame:
 
 def failsafes(events: DataFrame) -> DataFrame:
     """Failsafe counts by day, vehicle and type, with time from failsafe to landed."""
-    fs = failsafe_events(events)
+    return failsafe_counts(failsafe_events(events))
+
+
+def failsafe_counts(fs: DataFrame) -> DataFrame:
+    """`failsafes` from the output of `failsafe_events` (which a caller may already hold)."""
     return fs.groupBy(F.to_date("time").alias("day"), "vid", "failsafe_type").agg(
         F.count("*").alias("count"),
         F.count("landed_time").alias("landed"),

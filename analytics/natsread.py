@@ -147,7 +147,7 @@ class RangeReader:
         self.end = end
         self.time_from_us = time_from_us
         self.time_to_us = time_to_us
-        self.cols = Columns()
+        self.cols = Columns(with_data=opts.data)
         self.read_msgs = 0
         self.done = False
         self._nc: Client | None = None

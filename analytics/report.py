@@ -257,6 +257,48 @@ class ReportData:
     command_rows: list[dict[str, Any]] = field(default_factory=list)
     top_failsafe_vehicles: list[dict[str, Any]] = field(default_factory=list)
     timelines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    kpis: dict[str, Any] = field(default_factory=dict)
+    chain_rows: list[dict[str, Any]] = field(default_factory=list)
+    # one dict per flight page: vid, flight_no, start, air_s, distance_m, failsafes, href
+    flight_links: list[dict[str, Any]] = field(default_factory=list)
+
+
+# KPI key -> (label, digits, scale): rates are shown as percentages.
+KPI_LABELS = {
+    "flights": ("flights", 0, 1.0),
+    "vehicles": ("vehicles that flew", 0, 1.0),
+    "flight_hours": ("flight hours (airborne)", 1, 1.0),
+    "failsafes": ("failsafes", 0, 1.0),
+    "failsafe_rate": ("flights with a failsafe (%)", 1, 100.0),
+    "failsafes_per_100h": ("failsafes per 100 flight hours", 1, 1.0),
+    "commands": ("commands answered", 0, 1.0),
+    "command_success_rate": ("commands accepted (%)", 1, 100.0),
+    "median_cmd_latency_ms": ("median command latency, accepted (ms)", 1, 1.0),
+    "median_effect_latency_ms": ("median latency to effect (ms)", 1, 1.0),
+}
+
+
+def kpi_list(kpis: Mapping[str, Any]) -> str:
+    items = []
+    for key, (label, digits, scale) in KPI_LABELS.items():
+        if key not in kpis:
+            continue
+        v = kpis[key]
+        text = _num(v * scale if isinstance(v, int | float) and scale != 1.0 else v, digits)
+        items.append(f'<dt>{_e(label)}</dt><dd class="kpi" data-kpi="{_e(key)}">{_e(text)}</dd>')
+    return f"<dl class=kpis>{''.join(items)}</dl>"
+
+
+def flight_index(links: Sequence[Mapping[str, Any]]) -> str:
+    cols = ("start", "air_s", "distance_m", "max_alt_m", "failsafes")
+    head = "<th>flight</th>" + "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join(
+        f'<tr><td><a href="{_e(r["href"])}">{_e(r["vid"])} #{_e(r["flight_no"])}</a></td>'
+        + "".join(f"<td>{_e(_num(r.get(c)))}</td>" for c in cols)
+        + "</tr>"
+        for r in links
+    )
+    return f"<table class=flights><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 CSS = """
@@ -276,6 +318,7 @@ def render(d: ReportData) -> str:
         f"<title>{_e(d.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(d.title)}</h1><p>{_e(d.range_text)}</p>",
         "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(_num(v))}</dd>" for k, v in d.summary.items()) + "</dl>",
+        *(["<h2>Fleet KPIs</h2>", kpi_list(d.kpis)] if d.kpis else []),
         "<h2>Flights per vehicle</h2>",
         bar_chart(
             d.flights_per_vehicle, title="flights (vehicles with the most flights)", unit="flights",
@@ -304,6 +347,14 @@ def render(d: ReportData) -> str:
             title="commands by name",
         ),
     ]
+    if d.chain_rows:
+        parts.append(
+            table(d.chain_rows, ["name", "count", "expected", "effects", "effect_p50_ms", "effect_p95_ms"],
+                  title="command -> effect (latency from sending to the effect event)")
+        )
+    if d.flight_links:
+        parts.append("<h2>Flight pages</h2>")
+        parts.append(flight_index(d.flight_links))
     for vid, rows in d.timelines.items():
         parts.append(f"<h2>Timeline {_e(vid)}</h2>")
         parts.append(table(rows, ["time", "type", "mode", "alt_m", "battery_pct", "summary"]))

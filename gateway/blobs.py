@@ -1,16 +1,41 @@
-"""Plans (mission, fence, rally) from the TWIN_BLOBS object store: the one reader.
+"""TWIN_BLOBS: plans for the daemon, and hash-addressed, resumable artifacts.
 
 Commands (`mission_upload`) and the shadow (`desired.mission`) both name a
 `.plan` object in TWIN_BLOBS. nats-py raises a wide range of exceptions on
 the way (no connection, bucket or object missing, timeouts); this is the
 boundary that translates them into `BlobError`, whose `kind` tells a caller
 whether trying again later can help.
+
+Artifacts (missions, logs, later firmware or maps) are stored once per
+content (docs/companion.md, "Artifacts"): the bytes live in the object
+`sha256/<hex>` whose chunks are on the deterministic subject
+`$O.TWIN_BLOBS.C.<hex>` (the object store's "nuid" is the hash), each chunk
+carrying `Mavjet-Chunk: <index> <offset> <chunk sha256>`; a human name such
+as `missions/survey.plan` is an object-store link to it. Because the chunk
+subject is known before anything is sent, the stream itself is the upload
+journal: a retry reads the last stored chunk and continues after it, and
+`Nats-Expected-Last-Subject-Sequence` makes each chunk append only where the
+previous one ended. A download keeps a local journal beside its `.part` file
+and asks for the chunks after the last one written. Every reader of the
+object store (nats-py, the `nats` CLI, `fetch_blob` below) can read these
+objects, since they are ordinary object-store records.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
 
+import anyio
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -18,11 +43,19 @@ from drivers.mavlink.plan import Plan, parse_plan
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import BLOBS_BUCKET
 
+STREAM = f"OBJ_{BLOBS_BUCKET}"
+HASH_PREFIX = "sha256/"
+CHUNK_HEADER = "Mavjet-Chunk"  # "<index> <offset> <sha256 hex of the chunk>"
+SHA_HEADER = "Mavjet-Sha256"  # on a content record and on a link: the content's hash
+DEFAULT_CHUNK_BYTES = 128 * 1024  # the object store's default; one JetStream message each
+
 
 class BlobFailure(StrEnum):
     NOT_CONNECTED = "not_connected"  # no NATS connection: try again later
     NOT_FOUND = "not_found"  # the bucket or the object does not exist
     UNREADABLE = "unreadable"  # any other failure reading it (timeout, server error): try again later
+    UNWRITABLE = "unwritable"  # a failure storing it: try again later, the upload resumes
+    CORRUPT = "corrupt"  # stored bytes do not match their sha256: trying again does not help
 
 
 class BlobError(MavjetError):
@@ -37,7 +70,7 @@ class BlobError(MavjetError):
 
 
 async def fetch_blob(js: JetStreamContext | None, name: str) -> bytes:
-    """The object's bytes; raises BlobError."""
+    """The object's bytes (a link is followed, the digest checked); raises BlobError."""
     if js is None:
         raise BlobError(name, BlobFailure.NOT_CONNECTED)
     try:
@@ -52,3 +85,322 @@ async def fetch_blob(js: JetStreamContext | None, name: str) -> bytes:
 async def fetch_plan(js: JetStreamContext | None, name: str) -> Plan:
     """The parsed `.plan` object; raises BlobError, or PlanError when it is not a valid plan."""
     return parse_plan(await fetch_blob(js, name))
+
+
+# --- hash-addressed, resumable transfers -------------------------------------------------
+
+
+class Progress(Protocol):
+    def __call__(self, done_bytes: int, total_bytes: int) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transfer:
+    """What one put or get did: `sent_*` counts only chunks that crossed the wire this time."""
+
+    name: str  # the content object, sha256/<hex>
+    sha256: str
+    size_bytes: int
+    chunks: int
+    sent_chunks: int
+    sent_bytes: int
+    resumed_at_chunk: int  # 0 for a fresh transfer
+    already_present: bool = False
+
+
+def content_name(sha256_hex: str) -> str:
+    return f"{HASH_PREFIX}{sha256_hex}"
+
+
+def chunk_subject(nuid: str) -> str:
+    return f"$O.{BLOBS_BUCKET}.C.{nuid}"
+
+
+def meta_subject(name: str) -> str:
+    return f"$O.{BLOBS_BUCKET}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+def object_digest(sha256_hex: str) -> str:
+    """The object store's digest field for that hash (`SHA-256=` + base64url)."""
+    return "SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(sha256_hex)).decode()
+
+
+def chunk_header(index: int, offset: int, data: bytes) -> str:
+    return f"{index} {offset} {hashlib.sha256(data).hexdigest()}"
+
+
+def parse_chunk_header(value: str | None) -> tuple[int, int, str] | None:
+    parts = (value or "").split()
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+async def info(js: JetStreamContext, name: str) -> dict[str, Any] | None:
+    """The object-store record of `name` as JSON, or None when absent or deleted."""
+    try:
+        msg = await js.get_last_msg(STREAM, meta_subject(name))
+    except NotFoundError:
+        return None
+    doc: dict[str, Any] = json.loads(msg.data or b"{}")
+    return None if doc.get("deleted") else doc
+
+
+async def resolve(js: JetStreamContext, name: str) -> dict[str, Any] | None:
+    """The content record behind `name`, following one link."""
+    doc = await info(js, name)
+    link = ((doc or {}).get("options") or {}).get("link")
+    if doc is not None and link and link.get("name"):
+        return await info(js, link["name"])
+    return doc
+
+
+async def _publish_record(js: JetStreamContext, doc: dict[str, Any]) -> None:
+    # Rollup: only the newest record per name is kept, as the object store does.
+    await js.publish(meta_subject(doc["name"]), json.dumps(doc).encode(), headers={"Nats-Rollup": "sub"})
+
+
+async def link(js: JetStreamContext, alias: str, target: dict[str, Any]) -> None:
+    """Point `alias` at a content record; purge the chunks of a plain object it replaces."""
+    old = await info(js, alias)
+    hex_ = target["name"].removeprefix(HASH_PREFIX)
+    await _publish_record(js, {
+        "name": alias, "bucket": BLOBS_BUCKET,
+        # A fresh nuid, never the hash: a plain `put` over this name later purges
+        # the chunks of the old nuid, and must not purge the shared content.
+        "nuid": uuid.uuid4().hex, "mtime": _now(), "size": target.get("size", 0),
+        "headers": {SHA_HEADER: [hex_]},
+        "options": {"link": {"bucket": BLOBS_BUCKET, "name": target["name"]}},
+    })  # fmt: skip
+    if old is not None and not (old.get("options") or {}).get("link") and old.get("nuid") != hex_:
+        await js.purge_stream(STREAM, subject=chunk_subject(old["nuid"]))
+
+
+@contextmanager
+def _translated(name: str, kind: BlobFailure) -> Iterator[None]:
+    """nats-py raises a wide range of exceptions; translated into BlobError at this boundary."""
+    try:
+        yield
+    except BlobError:
+        raise
+    except Exception as exc:
+        kind = BlobFailure.NOT_FOUND if isinstance(exc, NotFoundError) and kind is BlobFailure.UNREADABLE else kind
+        raise BlobError(name, kind, type(exc).__name__, str(exc)) from exc
+
+
+def _slices(size: int, chunk_bytes: int, start: int) -> list[tuple[int, int]]:
+    return [(o, min(chunk_bytes, size - o)) for o in range(start, size, chunk_bytes)]
+
+
+class _Source:
+    """The bytes to upload: in memory, or a file read a chunk at a time (a flight log need not fit in RAM).
+
+    A file must not change while it is uploaded: the chunks would not add up to
+    the hash taken first, and every reader would refuse the object as corrupt.
+    """
+
+    def __init__(self, data: bytes | Path) -> None:
+        self.data = data
+        self.size = len(data) if isinstance(data, bytes) else data.stat().st_size
+
+    async def read(self, offset: int, n: int) -> bytes:
+        if isinstance(self.data, bytes):
+            return self.data[offset : offset + n]
+        path = self.data
+
+        def read() -> bytes:
+            with path.open("rb") as f:
+                f.seek(offset)
+                return f.read(n)
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def sha256(self) -> str:
+        if isinstance(self.data, bytes):
+            return hashlib.sha256(self.data).hexdigest()
+        path = self.data
+
+        def digest() -> str:
+            h = hashlib.sha256()
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            return h.hexdigest()
+
+        return await anyio.to_thread.run_sync(digest)
+
+
+async def _resume_point(js: JetStreamContext, subj: str, src: _Source) -> tuple[int, int, int]:
+    """(next chunk index, next offset, last stream sequence on the subject; 0 when empty).
+
+    The stream is the journal: the last stored chunk names its index and offset,
+    and its bytes are checked against ours. Anything inconsistent (a chunk of
+    other bytes, a count that does not match the index) is purged and the
+    upload starts over, which is always correct, only slower.
+    """
+    state = await js.stream_info(STREAM, subjects_filter=subj)
+    count = (state.state.subjects or {}).get(subj, 0)
+    if count == 0:
+        return 0, 0, 0
+    last = await js.get_last_msg(STREAM, subj)
+    parsed = parse_chunk_header((last.headers or {}).get(CHUNK_HEADER))
+    body = last.data or b""
+    if parsed is not None:
+        index, offset, sha = parsed
+        mine = await src.read(offset, len(body))
+        if index == count - 1 and hashlib.sha256(mine).hexdigest() == sha == hashlib.sha256(body).hexdigest():
+            return count, offset + len(body), last.seq or 0
+    await js.purge_stream(STREAM, subject=subj)
+    return 0, 0, 0
+
+
+async def put_blob(
+    js: JetStreamContext, data: bytes | Path, *, alias: str | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None,
+) -> Transfer:  # fmt: skip
+    """Store `data` (bytes, or a file) as `sha256/<hex>` once, resuming a cut upload; link `alias` to it."""
+    src = _Source(data)
+    size = src.size
+    hex_ = await src.sha256()
+    name, subj = content_name(hex_), chunk_subject(hex_)
+    with _translated(alias or name, BlobFailure.UNWRITABLE):
+        existing = await info(js, name)
+        if existing is not None and existing.get("digest") == object_digest(hex_):
+            if alias:
+                await link(js, alias, existing)
+        else:
+            existing = None
+            index, offset, last_seq = await _resume_point(js, subj, src)
+    if existing is not None:
+        if progress:
+            progress(size, size)
+        chunks = int(existing.get("chunks") or 0)
+        return Transfer(name=name, sha256=hex_, size_bytes=size, chunks=chunks,
+                        sent_chunks=0, sent_bytes=0, resumed_at_chunk=chunks, already_present=True)
+    first, sent_bytes = index, 0
+    if progress:
+        progress(offset, size)
+    for off, n in _slices(size, chunk_bytes, offset):
+        body = await src.read(off, n)
+        with _translated(alias or name, BlobFailure.UNWRITABLE):
+            ack = await js.publish(subj, body, headers={
+                "Nats-Msg-Id": f"{hex_}.{index}",
+                "Nats-Expected-Last-Subject-Sequence": str(last_seq),
+                CHUNK_HEADER: chunk_header(index, off, body),
+            })  # fmt: skip
+        last_seq, index, sent_bytes = ack.seq, index + 1, sent_bytes + n
+        # A progress callback may raise to abort (a CLI's Ctrl-C, a test's cut):
+        # that propagates untranslated, and the next put resumes here.
+        if progress:
+            progress(off + n, size)
+    record = {
+        "name": name, "bucket": BLOBS_BUCKET, "nuid": hex_, "size": size, "chunks": index,
+        "digest": object_digest(hex_), "mtime": _now(), "headers": {SHA_HEADER: [hex_]},
+        "options": {"max_chunk_size": chunk_bytes},
+    }  # fmt: skip
+    with _translated(alias or name, BlobFailure.UNWRITABLE):
+        await _publish_record(js, record)
+        if alias:
+            await link(js, alias, record)
+    return Transfer(name=name, sha256=hex_, size_bytes=size, chunks=index,
+                    sent_chunks=index - first, sent_bytes=sent_bytes, resumed_at_chunk=first)
+
+
+def _journal_path(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".part.json")
+
+
+def _part_path(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".part")
+
+
+def _read_journal(dest: Path, nuid: str, digest: str) -> tuple[int, int, int]:
+    """(chunks written, bytes written, next stream sequence) of a matching earlier download."""
+    try:
+        doc = json.loads(_journal_path(dest).read_text())
+        part_bytes = _part_path(dest).stat().st_size
+    except (OSError, ValueError):
+        return 0, 0, 1
+    if doc.get("nuid") != nuid or doc.get("digest") != digest or part_bytes < doc.get("bytes", 0):
+        return 0, 0, 1
+    return int(doc["chunks"]), int(doc["bytes"]), int(doc["next_seq"])
+
+
+async def get_blob(
+    js: JetStreamContext, name: str, dest: Path, *, progress: Progress | None = None,
+) -> Transfer:  # fmt: skip
+    """Download `name` (a link is followed) into `dest`, resuming a cut download; raises BlobError.
+
+    The bytes go to `dest.part`; after each chunk `dest.part.json` records how
+    far it got and the stream sequence to ask for next. Each chunk's own sha256
+    (when the uploader wrote one) is checked as it arrives, the whole object's
+    before `dest` appears.
+    """
+    with _translated(name, BlobFailure.UNREADABLE):
+        record = await resolve(js, name)
+    if record is None:
+        raise BlobError(name, BlobFailure.NOT_FOUND)
+    nuid, digest = str(record["nuid"]), str(record.get("digest") or "")
+    size, chunks = int(record.get("size") or 0), int(record.get("chunks") or 0)
+    done_chunks, done_bytes, next_seq = _read_journal(dest, nuid, digest)
+    part, journal = _part_path(dest), _journal_path(dest)
+    first, sent_bytes = done_chunks, 0
+    h = hashlib.sha256()
+
+    def prepare() -> None:
+        with part.open("ab") as f:
+            f.truncate(done_bytes)
+        with part.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+
+    await anyio.to_thread.run_sync(prepare)
+    if progress:
+        progress(done_bytes, size)
+    subj = chunk_subject(nuid)
+    with part.open("ab") as out:
+        while done_chunks < chunks:
+            with _translated(name, BlobFailure.UNREADABLE):
+                msg = await js.get_msg(STREAM, seq=next_seq, subject=subj, next=True)
+            body = msg.data or b""
+            parsed = parse_chunk_header((msg.headers or {}).get(CHUNK_HEADER))
+            if parsed is not None and (parsed[0] != done_chunks or parsed[2] != hashlib.sha256(body).hexdigest()):
+                _discard(part, journal)
+                raise BlobError(name, BlobFailure.CORRUPT, "ChunkMismatch", f"chunk {done_chunks} (seq {msg.seq})")
+            out.write(body)
+            out.flush()
+            h.update(body)
+            done_chunks, done_bytes, sent_bytes = done_chunks + 1, done_bytes + len(body), sent_bytes + len(body)
+            next_seq = (msg.seq or next_seq) + 1
+            journal.write_text(json.dumps({"nuid": nuid, "digest": digest, "chunks": done_chunks,
+                                           "bytes": done_bytes, "next_seq": next_seq}))
+            if progress:
+                progress(done_bytes, size)
+    hex_ = h.hexdigest()
+    if object_digest(hex_) != digest or done_bytes != size:
+        _discard(part, journal)
+        raise BlobError(name, BlobFailure.CORRUPT, "DigestMismatch", f"got sha256 {hex_}, {done_bytes} bytes")
+    part.replace(dest)
+    journal.unlink(missing_ok=True)
+    return Transfer(name=content_name(hex_), sha256=hex_, size_bytes=size, chunks=chunks,
+                    sent_chunks=chunks - first, sent_bytes=sent_bytes, resumed_at_chunk=first)
+
+
+def _discard(part: Path, journal: Path) -> None:
+    part.unlink(missing_ok=True)
+    journal.unlink(missing_ok=True)
+
+
+async def list_records(js: JetStreamContext, prefix: str = "") -> list[dict[str, Any]]:
+    """Every live record (content and links) whose name starts with `prefix`, by name."""
+    try:
+        store = await js.object_store(BLOBS_BUCKET)
+        infos = await store.list(ignore_deletes=True)
+    except NotFoundError:
+        return []
+    docs = [i.as_dict() for i in infos if i.name.startswith(prefix)]
+    return sorted(docs, key=lambda d: str(d["name"]))

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "fleet": "live table of every vehicle's twin",
     "cmd": "send a command to a vehicle through TWIN_CMD",
     "mission": "store mission plans in TWIN_BLOBS",
+    "blobs": "hash-addressed, resumable artifacts in TWIN_BLOBS: ls, get, put",
     "shadow": "read, write and watch shadow documents",
     "replay": "replay the audit trail with Spark into Parquet and a report",
     "synth": "publish a synthetic, deterministic event history (analytics test data)",
@@ -33,7 +34,9 @@ COMMANDS: dict[str, str] = {
     "backup": "back up streams, KV history and objects to a directory",
     "restore": "restore a backup into a server",
     "migrate": "move the twin's streams to another cluster with mirrors",
+    "auth": "per-vehicle NATS credentials and the permission matrix (auth.conf + creds)",
     "sign": "MAVLink 2 signing: make a key, provision it on a vehicle (SETUP_SIGNING)",
+    "tunnel": "a vehicle's raw MAVLink over NATS on a local port, for QGroundControl or MAVProxy",
 }
 
 GROUP = "mavjet.commands"

@@ -44,11 +44,50 @@ class VehicleConfig:
     sysid: int | None = None
     # MAVLink 2 signing key (32 bytes, hex or raw); read by the vehicle twin. Set: sign and verify (docs/signing.md).
     signing_key_file: Path | None = None
+    # Carry this vehicle's raw MAVLink over NATS (gateway/routes.py); None: the gateway's `tunnel` setting.
+    tunnel: bool | None = None
 
     def __post_init__(self) -> None:
         check_token("vehicles.vid", self.vid)
         if self.sysid is not None and not 1 <= self.sysid <= 255:
             raise ConfigError("vehicles.sysid", f"{self.sysid} is not a MAVLink system id (1..255)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteConfig:
+    """A ground station's endpoint (`--route`): the vehicle's frames go there untouched, and back (gateway/routes.py).
+
+    `vid` picks the vehicle (needed when the gateway serves several);
+    `sysids`/`compids` keep only the vehicle-side frames from those sources (empty: all).
+    """
+
+    endpoint: Endpoint
+    vid: str | None = None
+    sysids: frozenset[int] = frozenset()
+    compids: frozenset[int] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.endpoint.scheme not in ("udp", "udpout", "tcp"):
+            raise ConfigError("routes.endpoint", f"{self.endpoint}: a route is udp:, udpout: or tcp:HOST:PORT")
+        if self.vid is not None:
+            check_token("routes.vid", self.vid)
+        if any(not 0 <= i <= 255 for i in self.sysids | self.compids):
+            raise ConfigError("routes.sysids", "MAVLink ids are 0..255")
+
+
+def parse_route(spec: str) -> RouteConfig:
+    """`ENDPOINT[?vid=VID&sysid=1,2&compid=1]` from the command line."""
+    ep, _, query = spec.partition("?")
+    kw: dict[str, Any] = {}
+    for part in filter(None, query.split("&")):
+        key, _, value = part.partition("=")
+        if key == "vid":
+            kw["vid"] = value
+        elif key in ("sysid", "compid") and all(x.strip().isdigit() for x in value.split(",")):
+            kw[f"{key}s"] = frozenset(int(x) for x in value.split(","))
+        else:
+            raise ConfigError("--route", f"{spec!r}: options are ?vid=VID&sysid=N[,N]&compid=N[,N]")
+    return RouteConfig(endpoint=Endpoint.parse(ep.strip()), **kw)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +172,8 @@ class GatewayConfig:
     publish_tick_s: float = 0.02
     state_ack_every: int = 10  # 1: every state publish waits for a JetStream ack
     uvloop: bool = False
+    routes: tuple[RouteConfig, ...] = ()
+    tunnel: bool = False  # raw MAVLink over core NATS for every vehicle (a vehicle's `tunnel` overrides)
 
     def __post_init__(self) -> None:
         check_token("env", self.env)
@@ -170,6 +211,17 @@ class GatewayConfig:
                 raise ConfigError(key, "must be > 0")
         if self.spool_max_events < 100:
             raise ConfigError("spool_max_events", "must be >= 100")
+        for r in self.routes:
+            if r.vid is None and len(self.vehicles) > 1:
+                raise ConfigError("routes.vid", f"{r.endpoint}: name the vehicle (?vid=VID) when serving several")
+            if r.vid is not None and r.vid not in seen:
+                raise ConfigError("routes.vid", f"{r.vid} is not a vehicle of this gateway")
+
+    def route_vid(self, route: RouteConfig) -> str:
+        return route.vid if route.vid is not None else self.vehicles[0].vid
+
+    def tunnel_for(self, v: VehicleConfig) -> bool:
+        return self.tunnel if v.tunnel is None else v.tunnel
 
     @property
     def protocols(self) -> ProtocolConfig:
@@ -182,7 +234,8 @@ class GatewayConfig:
 _TOP_KEYS = {
     "shadow", "event_budget", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
-    "max_inflight_state", "uvloop", "publish_tick_s", "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s",
+    "max_inflight_state", "uvloop", "publish_tick_s", "routes", "tunnel",
+    "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s",
 }
 _NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
 
@@ -263,6 +316,26 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
             kw[key] = _typed(key, raw[key], int)
     if "uvloop" in raw:
         kw["uvloop"] = _typed("uvloop", raw["uvloop"], bool)
+    if "tunnel" in raw:
+        kw["tunnel"] = _typed("tunnel", raw["tunnel"], bool)
+    routes: list[RouteConfig] = []
+    for i, r in enumerate(_typed("routes", raw.get("routes", []), list)):
+        key = f"routes[{i}]"
+        if isinstance(r, str):
+            routes.append(parse_route(r))
+            continue
+        _typed(key, r, dict)
+        _check_keys(key, r, {"endpoint", "vid", "sysids", "compids"})
+        if "endpoint" not in r:
+            raise ConfigError(key, "needs an endpoint")
+        routes.append(RouteConfig(
+            endpoint=Endpoint.parse(_typed(f"{key}.endpoint", r["endpoint"], str)),
+            vid=_typed(f"{key}.vid", r["vid"], str) if "vid" in r else None,
+            sysids=frozenset(_typed(f"{key}.sysids", x, int) for x in _typed(f"{key}.sysids", r.get("sysids", []), list)),
+            compids=frozenset(_typed(f"{key}.compids", x, int) for x in _typed(f"{key}.compids", r.get("compids", []), list)),
+        ))
+    if routes:
+        kw["routes"] = tuple(routes)
     if "state_dir" in raw:
         kw["state_dir"] = Path(_typed("state_dir", raw["state_dir"], str))
 
@@ -270,7 +343,7 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     for i, v in enumerate(_typed("vehicles", raw.get("vehicles", []), list)):
         key = f"vehicles[{i}]"
         _typed(key, v, dict)
-        _check_keys(key, v, {"vid", "endpoint", "sysid", "signing_key_file"})
+        _check_keys(key, v, {"vid", "endpoint", "sysid", "signing_key_file", "tunnel"})
         if "vid" not in v or "endpoint" not in v:
             raise ConfigError(key, "needs both vid and endpoint")
         try:
@@ -278,7 +351,8 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
                                           endpoint=Endpoint.parse(_typed(f"{key}.endpoint", v["endpoint"], str)),
                                           sysid=_typed(f"{key}.sysid", v["sysid"], int) if "sysid" in v else None,
                                           signing_key_file=Path(_typed(f"{key}.signing_key_file", v["signing_key_file"], str))
-                                          if "signing_key_file" in v else None))
+                                          if "signing_key_file" in v else None,
+                                          tunnel=_typed(f"{key}.tunnel", v["tunnel"], bool) if "tunnel" in v else None))
         except ConfigError as exc:
             raise ConfigError(f"{key}.{exc.key.split('.')[-1]}", exc.reason) from exc
 
@@ -329,6 +403,9 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         for v in cli_vehicles:
             by_vid[v.vid] = v
         vehicles = list(by_vid.values())
+    cli_routes = overrides.pop("routes", None)
+    if cli_routes:  # the command line's routes are added to the file's
+        kw["routes"] = tuple(kw.get("routes", ())) + tuple(cli_routes)
     cli_nats = overrides.pop("nats", None)
     if cli_nats is not None:
         nats_kw.update({k: v for k, v in cli_nats.items() if v is not None})
@@ -379,6 +456,7 @@ def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ:
     return build_config(
         raw,
         vehicles=[parse_vehicle(v) for v in flags.get("vehicle") or ()],
+        routes=[parse_route(r) for r in flags.get("route") or ()],
         nats={
             "servers": _servers(servers) if servers is not None else None,
             "creds_file": flags.get("creds"), "tls_ca": flags.get("tls_ca"),

@@ -77,6 +77,27 @@ class Gateway:
         # Commands, shadow: started once the links are, cancelled at shutdown.
         self.services: list[GatewayService] = []
         self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics)
+        self._add_routes()
+
+    def _add_routes(self) -> None:
+        """Ground stations through the gateway (gateway/routes.py): `--route` endpoints and the NATS tunnel."""
+        from gateway.routes import RouteService, TunnelService
+
+        taps = {vid: t.link for vid, t in self.twins.items()}
+        locks = {vid: t.session.transfer_lock for vid, t in self.twins.items()}
+        hubs: list[Any] = []
+        if self.cfg.routes:
+            routes = RouteService(self.cfg.routes, taps=taps, locks=locks)
+            self.services.append(routes)
+            hubs.append(routes.hubs)
+        tunnelled = tuple(v.vid for v in self.cfg.vehicles if self.cfg.tunnel_for(v))
+        if tunnelled:
+            tunnel = TunnelService(tunnelled, taps=taps, locks=locks)
+            self.services.append(tunnel)
+            hubs.append(tunnel.hubs)
+        if hubs:
+            self.metrics.watch_routes(lambda: [(vid, name, st) for by_vid in hubs for vid, hub in by_vid.items()
+                                               for name, st in list(hub.stats.items())])
 
     def request_stop(self, reason: str = "stopped") -> None:
         self._stop_reason = reason
@@ -253,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     natsconn.add_nats_arguments(p, env_defaults=False)  # resolved with the config file: resolve_config
     p.add_argument("--vehicle", action="append", default=[], metavar="VID=ENDPOINT",
                    help="a vehicle to serve (repeatable); overrides the config file's entry with the same VID")
+    p.add_argument("--route", action="append", default=[], metavar="ENDPOINT",
+                   help="a ground station's endpoint (repeatable): udp:HOST:PORT (listen), udpout:HOST:PORT, "
+                   "tcp:HOST:PORT (server); options ?vid=VID&sysid=N,N&compid=N (docs/companion.md)")
     p.add_argument("--config", type=Path, help="TOML config file (see deploy/gateway.example.toml)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0 = any free port)")
     p.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
@@ -287,6 +311,17 @@ def preflight(cfg: GatewayConfig) -> None:
             pass
     except OSError as exc:
         raise ConfigError("state_dir", f"{cfg.state_dir} is not writable: {exc.strerror or exc}") from None
+    for r in cfg.routes:  # a route's listening port taken by another process: say so before starting
+        if r.endpoint.scheme in ("udp", "tcp"):
+            kind = socket.SOCK_DGRAM if r.endpoint.scheme == "udp" else socket.SOCK_STREAM
+            try:
+                with socket.socket(socket.AF_INET, kind) as s:
+                    if kind == socket.SOCK_STREAM:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the route server binds
+                    s.bind((r.endpoint.host, r.endpoint.port))
+            except OSError as exc:
+                why = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+                raise ConfigError("routes.endpoint", f"cannot listen on {r.endpoint}: {why}") from None
     if cfg.metrics_port:  # 0 picks a free port: nothing to check
         try:
             infos = socket.getaddrinfo(cfg.metrics_host, cfg.metrics_port, type=socket.SOCK_STREAM)

@@ -5,22 +5,60 @@ incremented per message: the codec already counts them, and a collector reads
 those counts through each vehicle's session (`Session.health()`) at scrape
 time. Each gateway gets its own registry so several can
 run in one process (tests, benchmarks).
+
+Names follow Prometheus conventions: counters end in `_total`, units are
+base units in the name (`_seconds`, `_bytes`), per-vehicle series carry a
+`vid` label. docs/operations.md ("Gateway metrics") lists them, with the
+table of names renamed from earlier releases.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from nats import errors as nats_errors
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from drivers.mavlink.link import LinkState
+from drivers.mavlink.router import RouteStats
 from drivers.mavlink.session import Session
+from gateway import __version__
 from gateway.contract.errors import ConfigError
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+# A command takes one round trip (arm: ~50 ms) up to a whole climb or mission upload (tens of seconds).
+COMMAND_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# `mavjet_nats_auth_errors_total{reason}`: what the server refused (see nats_auth_reason).
+NATS_AUTH_REASONS = ("authorization", "permissions")
+
+
+def nats_auth_reason(exc: BaseException) -> str | None:
+    """`authorization` (credentials refused), `permissions` (a subject refused) or None for other NATS errors."""
+    if isinstance(exc, nats_errors.AuthorizationError):
+        return "authorization"
+    # nats-py reports a server `-ERR 'Permissions Violation ...'` as a plain Error with that text.
+    if "permissions violation" in str(exc).lower():
+        return "permissions"
+    return None
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class _LinkCollector(Collector):
@@ -30,8 +68,11 @@ class _LinkCollector(Collector):
     def collect(self) -> Iterator[Any]:
         msgs = CounterMetricFamily("mavjet_mavlink_messages", "MAVLink messages received", labels=["vid", "type"])
         crc = CounterMetricFamily("mavjet_mavlink_crc_errors", "MAVLink frames with a bad CRC", labels=["vid"])
-        bad = CounterMetricFamily("mavjet_mavlink_bad_data", "Bytes skipped as garbage or unknown frames", labels=["vid"])
-        gaps = CounterMetricFamily("mavjet_mavlink_seq_gaps", "MAVLink frames missing by sequence number", labels=["vid"])
+        bad = CounterMetricFamily("mavjet_mavlink_bad_data_runs",
+                                  "Stretches of bytes that were not a valid frame (unknown ids included); runs, not bytes",
+                                  labels=["vid"])
+        gaps = CounterMetricFamily("mavjet_mavlink_lost_frames", "MAVLink frames missing by sequence number",
+                                   labels=["vid"])
         up = GaugeMetricFamily("mavjet_link_up", "1 while heartbeats arrive from the vehicle", labels=["vid"])
         age = GaugeMetricFamily("mavjet_heartbeat_age_seconds", "Seconds since the last vehicle heartbeat", labels=["vid"])
         for session in self._sessions():
@@ -64,10 +105,46 @@ class _SigningCollector(Collector):
         yield fam
 
 
+class _RouteCollector(Collector):
+    """Per-route frame and byte counts (gateway/routes.py), read at scrape time: routing counts nothing per frame here."""
+
+    def __init__(self, routes: Callable[[], Iterable[tuple[str, str, RouteStats]]]) -> None:
+        self._routes = routes
+
+    def collect(self) -> Iterator[Any]:
+        frames = CounterMetricFamily("mavjet_route_frames", "MAVLink frames routed, by direction (out: to the route)",
+                                     labels=["vid", "route", "direction"])
+        nbytes = CounterMetricFamily("mavjet_route_bytes", "MAVLink bytes routed, by direction",
+                                     labels=["vid", "route", "direction"])
+        dropped = CounterMetricFamily("mavjet_route_dropped", "Frames not routed: filtered, loop, dropped, refused",
+                                      labels=["vid", "route", "reason"])
+        for vid, route, st in self._routes():
+            frames.add_metric([vid, route, "out"], st.frames_out)
+            frames.add_metric([vid, route, "in"], st.frames_in)
+            nbytes.add_metric([vid, route, "out"], st.bytes_out)
+            nbytes.add_metric([vid, route, "in"], st.bytes_in)
+            for reason in ("filtered", "loops", "dropped", "refused"):
+                dropped.add_metric([vid, route, reason], getattr(st, reason))
+        yield from (frames, nbytes, dropped)
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
+        # No `<name>_created` series: they double the series count and no rule or panel reads them.
+        # The switch is process-wide in prometheus_client; the gateway's process exports nothing else.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
         self.registry = CollectorRegistry()
         r = self.registry
+        self.build_info = Gauge(
+            "mavjet_build_info", "Always 1; the labels say what runs", ["version", "python", "nats_py", "pymavlink"],
+            registry=r,
+        )
+        self.build_info.labels(
+            version=__version__, python=platform.python_version(),
+            nats_py=_dist_version("nats-py"), pymavlink=_dist_version("pymavlink"),
+        ).set(1)
+        # result: acked (JetStream stored it), plain (state sent without an ack, see Publisher),
+        # error (no ack in time), dropped (not sent: NATS down or too many in flight).
         self.publishes = Counter(
             "mavjet_publishes", "JetStream publishes by kind and result", ["kind", "result"], registry=r
         )
@@ -79,6 +156,11 @@ class GatewayMetrics:
         self.errors = Counter("mavjet_errors", "Errors handled without stopping the gateway", ["where"], registry=r)
         self.nats_connected = Gauge("mavjet_nats_connected", "1 while connected to NATS", registry=r)
         self.nats_reconnects = Counter("mavjet_nats_reconnects", "NATS reconnections", registry=r)
+        self.nats_auth_errors = Counter(
+            "mavjet_nats_auth_errors", "NATS errors for refused credentials or subjects", ["reason"], registry=r
+        )
+        for reason in NATS_AUTH_REASONS:  # exported at 0 from the start, so an alert can use increase()
+            self.nats_auth_errors.labels(reason)
         self.spool_depth = Gauge("mavjet_spool_depth", "Events waiting in the on-disk spool", registry=r)
         self.spool_dropped = Counter(
             "mavjet_spool_dropped", "Spooled events dropped at the bound, by class (gateway.spool)", ["class"],
@@ -89,12 +171,23 @@ class GatewayMetrics:
             "mavjet_events_suppressed", "Events held back by a vehicle's event budget (not published)", ["type"],
             registry=r,
         )
-        self.commands = Counter("mavjet_commands", "Commands finished by result", ["name", "result"], registry=r)
+        self.commands = Counter("mavjet_commands", "Commands finished by result", ["command", "result"], registry=r)
+        self.command_duration = Histogram(
+            "mavjet_command_duration_seconds", "From a command's delivery to the gateway to its cmd_result",
+            ["command", "result"], buckets=COMMAND_BUCKETS, registry=r,
+        )
         self.loop_tick = Gauge(
             "mavjet_loop_last_tick_timestamp_seconds",
             "Unix time of the gateway's last publish tick (a stale value means a hung event loop)",
             registry=r,
         )
+
+    def nats_error(self, exc: BaseException) -> None:
+        """Count an error from the NATS client's error callback (all in `errors{where=nats}`, auth ones also apart)."""
+        self.errors.labels(where="nats").inc()
+        reason = nats_auth_reason(exc)
+        if reason is not None:
+            self.nats_auth_errors.labels(reason).inc()
 
     def watch_sessions(self, sessions: Callable[[], Iterable[Session]]) -> None:
         self.registry.register(_LinkCollector(sessions))
@@ -102,6 +195,10 @@ class GatewayMetrics:
     def watch_signing(self, rejected: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
         """`rejected()` → (vid, {reason: frames dropped}) per vehicle; empty for links without a key."""
         self.registry.register(_SigningCollector(rejected))
+
+    def watch_routes(self, routes: Callable[[], Iterable[tuple[str, str, RouteStats]]]) -> None:
+        """`routes()` → (vid, route, its counters) for every route and tunnel."""
+        self.registry.register(_RouteCollector(routes))
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""

@@ -69,8 +69,8 @@ class Publisher:
         self._inflight = 0
         self._state_seq = 0
         # Label lookups cost ~6 us each: resolve the hot-path children once.
-        self._m_state_sent = metrics.publishes.labels(kind="state", result="sent")
-        self._m_state_ok = metrics.publishes.labels(kind="state", result="ok")
+        self._m_state_sent = metrics.publishes.labels(kind="state", result="plain")
+        self._m_state_ok = metrics.publishes.labels(kind="state", result="acked")
         self._m_state_error = metrics.publishes.labels(kind="state", result="error")
         self._m_state_dropped = metrics.publishes.labels(kind="state", result="dropped")
         self._m_state_latency = metrics.publish_latency.labels(kind="state")
@@ -96,7 +96,7 @@ class Publisher:
         self._spool_ready.set()
 
     async def _on_error(self, exc: Exception) -> None:
-        self.metrics.errors.labels(where="nats").inc()
+        self.metrics.nats_error(exc)
         log.warning("nats_error", error=f"{type(exc).__name__}: {exc}")
 
     async def connect_forever(self) -> None:
@@ -252,7 +252,7 @@ class Publisher:
             finally:
                 n_ok = 0 if last_ok is None else sum(1 for e in batch if e.rowid <= last_ok)
                 if n_ok:
-                    self.metrics.publishes.labels(kind="event", result="ok").inc(n_ok)
+                    self.metrics.publishes.labels(kind="event", result="acked").inc(n_ok)
                     self.metrics.publish_latency.labels(kind="event").observe((time.monotonic() - t0) / max(1, n_ok))
             await self.spool.remove_upto(batch[-1].rowid)
             self.events_published += len(batch)

@@ -36,6 +36,8 @@ from typing import Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
+from sim.px4form import px4_form, px4_refusal
+
 MISSION: Final = 0
 FENCE: Final = 1
 RALLY: Final = 2
@@ -273,6 +275,12 @@ class MissionServer:
                 self._commit(mtype, [*up.items, *old[len(up.items) : up.count]])
                 return [_ack(partner, refusal, mtype)]
             item = ardupilot_form(item)
+        else:
+            refusal = px4_refusal(item)
+            if refusal is not None:  # PX4 cancels the whole transfer and keeps its old list
+                self.upload = None
+                return [_ack(partner, refusal, mtype)]
+            item = px4_form(item)
         up.items.append(item)
         up.last_progress = now
         if len(up.items) < up.count:

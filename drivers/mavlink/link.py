@@ -7,6 +7,11 @@ needs), and link-loss detection by heartbeat timeout. Decoded messages go to
 one synchronous callback in batches (the hot path) and to any bounded
 listeners (protocol runners). The gateway does not use a link directly: it
 talks to the vehicle's `drivers.mavlink.session.Session`, which owns the link.
+
+Routing (gateway/routes.py) taps the whole frames received, as bytes
+(`tap_frames`), and injects frames as they are (`send_raw`): the `FrameTap`
+seam. The module is a little over 400 lines because the link's reconnect,
+keep-alive, stream and tap duties share its transport and state.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 import anyio
 import structlog
@@ -26,6 +32,7 @@ from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, MavCodec
 from drivers.mavlink.dialect import MavMessage, mavlink2
+from drivers.mavlink.router import FrameSplitter
 from drivers.mavlink.signing import MavSigning
 from drivers.mavlink.transport import Endpoint, Transport, open_transport
 from gateway.contract.errors import ConfigError, LinkError
@@ -101,6 +108,24 @@ class LinkCounters:
 
 OnMessages = Callable[[list[MavMessage], int], None]
 OnState = Callable[[LinkState, LinkState], None]
+# Whole frames received from the vehicle, as bytes, untouched (routes, the NATS tunnel).
+OnFrames = Callable[[list[bytes]], None]
+
+
+class FrameTap(Protocol):
+    """Raw frames both ways: what routing needs of a link, and nothing else."""
+
+    @property
+    def target_system(self) -> int: ...
+
+    @property
+    def target_component(self) -> int: ...
+
+    def tap_frames(self, handler: OnFrames) -> Callable[[], None]:
+        """Call `handler(frames)` with every whole frame from the vehicle; returns the unsubscribe function."""
+
+    async def send_raw(self, data: bytes) -> None:
+        """Send whole frames to the vehicle as they are; raises LinkError when the link is down."""
 
 
 class MavlinkLink:
@@ -142,6 +167,38 @@ class MavlinkLink:
         self._last_seen_mono: dict[str, float] = {}
         self._interval_supported: bool | None = None
         self._ready = anyio.Event()
+        # Raw-frame taps: only when something taps the link does it split frames a second time.
+        self._taps: list[OnFrames] = []
+        self._splitter = FrameSplitter()
+
+    # -- raw frames (FrameTap) -------------------------------------------
+    def tap_frames(self, handler: OnFrames) -> Callable[[], None]:
+        self._taps.append(handler)
+
+        def untap() -> None:
+            if handler in self._taps:
+                self._taps.remove(handler)
+
+        return untap
+
+    async def send_raw(self, data: bytes) -> None:
+        t = self._transport
+        if t is None or self.state is LinkState.DOWN:
+            raise LinkError(str(self.endpoint), "link is down")
+        try:
+            await t.send(data)
+        except LinkError:
+            self.stats.send_errors += 1
+            raise
+
+    def _tap(self, data: bytes) -> None:
+        frames = self._splitter.feed(data)
+        if frames:
+            for handler in list(self._taps):
+                try:
+                    handler(frames)
+                except Exception:  # a route's bug must not stop the vehicle's telemetry
+                    log.exception("frame_tap_failed", vehicle=self.name)
 
     # -- MavPort ---------------------------------------------------------
     @property
@@ -251,6 +308,7 @@ class MavlinkLink:
                 await anyio.sleep(delay)
                 continue
             self._transport = transport
+            self._splitter = FrameSplitter()
             self.codec.resync()  # a connect starts mid-stream: its first partial frame is not link damage
             self.stats.connects += 1
             self._interval_supported = None
@@ -281,6 +339,8 @@ class MavlinkLink:
             await anyio.sleep(backoff.next_delay_s())
 
     def _on_bytes(self, data: bytes) -> None:
+        if self._taps:
+            self._tap(data)
         try:
             msgs = self.codec.feed(data)
             if msgs:
@@ -299,6 +359,8 @@ class MavlinkLink:
         dispatch = self._dispatch
         while True:
             data = await transport.recv()
+            if self._taps:
+                self._tap(data)
             msgs = feed(data)
             if msgs:
                 dispatch(msgs, time.time_ns())

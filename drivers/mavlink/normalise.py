@@ -30,9 +30,27 @@ ArduPilot (`AP_Mission::mavlink_int_to_mission_cmd` / `mission_cmd_to_mavlink_in
   ArduPlane stores NAV_WAYPOINT's param2/param3 instead of param1; the table
   is ArduCopter's (and Rover's), the vehicles mavjet flies.
 
-PX4 and generic autopilots (not checked against PX4 source yet): float32
-params, int32 lat/lon, `current` 0, the _INT frame variants equal to the plain
-ones, fence/rally autocontinue ignored (0), and NaN params equal to 0.
+PX4 (`MavlinkMissionManager::parse_mavlink_mission_item` /
+`format_mavlink_mission_item` in src/modules/mavlink/mavlink_mission.cpp, not
+yet checked against a real PX4): an item in a global frame (0, 3 and their
+_INT variants) is stored as a `mission_item_s` and reads back in that frame
+with only the fields the command keeps (NAV_WAYPOINT p1 hold time, p2
+acceptance radius, p4 yaw; LOITER_TIME p1, p2 and p4 as 0/1 flags, p3
+radius; NAV_LAND p2 precision-land mode, p4 yaw; NAV_TAKEOFF p4 yaw;
+LOITER_UNLIM p3, p4 yaw; LOITER_TO_ALT p1/p4 flags, p2; fence vertex p1
+rounded to a count; fence circle p1 radius); every other param reads back 0.
+Yaw goes through radians and back, wrapped to [0, 360) (compared to 1e-3
+degree). An item in frame MISSION (2) keeps params 1-7 as sent (DO_JUMP's
+p1/p2 as integers). Fence points are stored without `autocontinue` (read
+back 0); mission and rally items keep it.
+
+Generic autopilots: float32 params, int32 lat/lon, `current` 0, the _INT
+frame variants equal to the plain ones, fence/rally autocontinue ignored (0),
+and NaN params equal to 0 (PX4 too: NaN compares as 0).
+
+The module is longer than the usual 400 lines because every flavour's table
+lives here, side by side, so that a difference between autopilots is read in
+one place.
 
 `digest_form(item)` is the flavour-independent form the mission digest is
 computed on: the ArduPilot form, the coarsest of the tables (it drops what
@@ -45,6 +63,7 @@ from __future__ import annotations
 import enum
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from drivers.mavlink.dialect import mavlink2
@@ -253,10 +272,69 @@ def _generic(item: MissionItem) -> MissionItem:
     )  # fmt: skip
 
 
+def _px4_yaw(v: float) -> float:
+    """PX4 keeps yaw as wrap_2pi(radians(deg)) and returns degrees(yaw): [0, 360), float32 noise rounded off."""
+    if math.isnan(v) or math.isinf(v):
+        return 0.0
+    return f32(round(v % 360.0, 3) % 360.0)
+
+
+def _flag(v: float) -> float:
+    return 1.0 if v > 0 else 0.0  # NaN > 0 is false, as in C
+
+
+def _uint(v: float, bits: int) -> float:
+    """C's float -> uintN conversion for the values PX4 sees in practice (truncation; NaN/out of range 0)."""
+    if not math.isfinite(v) or v < 0 or v >= 2**bits:
+        return 0.0
+    return float(int(v))
+
+
+# Positional commands PX4 stores, and how each param is read back (None: not stored, 0).
+_Px4Rule = Callable[[float], float] | None
+_PX4_POSITIONAL: dict[int, tuple[_Px4Rule, _Px4Rule, _Px4Rule, _Px4Rule]] = {
+    M.MAV_CMD_NAV_WAYPOINT: (f32, f32, None, _px4_yaw),
+    M.MAV_CMD_NAV_LOITER_UNLIM: (None, None, f32, _px4_yaw),
+    M.MAV_CMD_NAV_LOITER_TIME: (f32, _flag, f32, _flag),
+    M.MAV_CMD_NAV_LAND: (None, lambda v: _uint(v, 8), None, _px4_yaw),
+    M.MAV_CMD_NAV_TAKEOFF: (None, None, None, _px4_yaw),
+    M.MAV_CMD_NAV_LOITER_TO_ALT: (_flag, f32, None, _flag),
+    M.MAV_CMD_NAV_VTOL_TAKEOFF: (None, None, None, _px4_yaw),
+    M.MAV_CMD_NAV_VTOL_LAND: (None, None, None, _px4_yaw),
+    M.MAV_CMD_NAV_FENCE_POLYGON_VERTEX_INCLUSION: (lambda v: _uint(v + 0.5, 16), None, None, None),
+    M.MAV_CMD_NAV_FENCE_POLYGON_VERTEX_EXCLUSION: (lambda v: _uint(v + 0.5, 16), None, None, None),
+    M.MAV_CMD_NAV_FENCE_CIRCLE_INCLUSION: (f32, None, None, None),
+    M.MAV_CMD_NAV_FENCE_CIRCLE_EXCLUSION: (f32, None, None, None),
+    M.MAV_CMD_NAV_RALLY_POINT: (None, None, None, None),
+    # Stored, then read back with every param 0 (format_mavlink_mission_item has no case for them).
+    M.MAV_CMD_DO_SET_ROI_LOCATION: (None, None, None, None),
+    M.MAV_CMD_DO_SET_ROI: (None, None, None, None),
+    M.MAV_CMD_NAV_FENCE_RETURN_POINT: (None, None, None, None),
+}
+
+
+def _px4(item: MissionItem) -> MissionItem:
+    frame = _INT_FRAME_ALIASES.get(item.frame, item.frame)
+    auto = 0 if item.mission_type == FENCE else (1 if item.autocontinue else 0)
+    rules = _PX4_POSITIONAL.get(item.command)
+    if frame in (M.MAV_FRAME_GLOBAL, M.MAV_FRAME_GLOBAL_RELATIVE_ALT) and rules is not None:
+        raw = (item.param1, item.param2, item.param3, item.param4)
+        p = [0.0 if rule is None else _zero_nan(rule(v)) for rule, v in zip(rules, raw, strict=True)]
+        return replace(item, current=0, autocontinue=auto, frame=frame, param1=p[0], param2=p[1], param3=p[2],
+                       param4=p[3], z=_zero_nan(item.z))  # fmt: skip
+    if frame == M.MAV_FRAME_MISSION and item.command == M.MAV_CMD_DO_JUMP:
+        item = replace(item, param1=_uint(item.param1, 16), param2=_uint(item.param2, 16))
+    # Frame MISSION keeps params 1-7 as sent; anything else PX4 refuses at upload (compared as sent).
+    return replace(_generic(item), autocontinue=auto)
+
+
 def readback(item: MissionItem, flavour: Flavour | str = Flavour.ARDUPILOT) -> MissionItem:
     """The item as an autopilot of `flavour` reads it back after storing it. Idempotent."""
-    if Flavour(flavour) is Flavour.ARDUPILOT:
+    fl = Flavour(flavour)
+    if fl is Flavour.ARDUPILOT:
         return _ardupilot(item)
+    if fl is Flavour.PX4:
+        return _px4(item)
     return _generic(item)
 
 

@@ -211,6 +211,11 @@ class VehicleSession:
         self._flight_state = flight_state
         self._transfer_lock = anyio.Lock()
 
+    @property
+    def transfer_lock(self) -> anyio.Lock:
+        """The one-transfer-at-a-time lock; routing holds it while a ground station's transfer runs."""
+        return self._transfer_lock
+
     # -- state ------------------------------------------------------------
     @property
     def name(self) -> str:

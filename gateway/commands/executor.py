@@ -111,11 +111,13 @@ class CommandExecutor:
         self.handled = 0
         self.duplicates = 0
         self.recovered = 0  # deliveries that found the command in flight (a gateway stopped mid-command)
+        self._received_s = time.monotonic()  # this delivery's arrival, for mavjet_command_duration_seconds
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: Msg) -> Disposition:
         """Process one delivery; returns what was done with it."""
         self.handled += 1
+        self._received_s = time.monotonic()
         name = msg.subject.split(".", 5)[-1] if msg.subject.count(".") >= 5 else msg.subject
         md = msg.metadata
         delivered = int(md.num_delivered or 1)
@@ -287,7 +289,10 @@ class CommandExecutor:
         if not entry.spooled:
             await self._spool(entry)
         # The name is the subject's last token, chosen by the publisher: bound the metric's label values.
-        self.metrics.commands.labels(name=name if name in CATALOGUE else "unknown", result=out.result.value).inc()
+        command = name if name in CATALOGUE else "unknown"
+        self.metrics.commands.labels(command=command, result=out.result.value).inc()
+        self.metrics.command_duration.labels(command=command, result=out.result.value).observe(
+            time.monotonic() - self._received_s)
         # Spooled above: counted and handed to the vehicle's subscribers only.
         self.vehicle.publish_event(Event("cmd_result", now_ns, data, msg_id), payload=entry.payload, enqueue=False)
         log.info("command_finished", vehicle=self.vid, cmd_id=cmd_id, name=name, result=out.result,

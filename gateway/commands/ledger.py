@@ -14,10 +14,15 @@ gateway). The ledger closes that gap in two steps:
   that finds it is acked and not executed again.
 
 Only one fsync per command: the in-flight row carries the power-loss
-guarantee, so the final row of a command that had one is committed without
+guarantee, so the final row of a command that had one is written without
 an fsync (it survives a crash; after a power loss the redelivery finds the
 in-flight row and recovers from it). Final rows of commands that never had
-one (invalid, rejected, expired) need no fsync either.
+one (invalid, rejected, expired) need no fsync either. And only one round
+trip to the worker thread per command: the final row of a command this
+process put in flight is appended to a plain file, the outcome log, from
+the event loop (one `write`, as crash-safe as a commit without fsync), and
+enters SQLite with the next transaction (`Ledger.record`). The log is why
+this module is a little over 400 lines: it shares the ledger's locks.
 
 The ledger also records whether a final result reached the durable event
 spool, so a crash between the ledger write and the spool write still ends in
@@ -39,13 +44,17 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import msgpack
 
 from gateway.sqlite import SqliteWorker
 
@@ -67,6 +76,7 @@ _UPSERT = (
 )
 
 Key = tuple[str, str]  # (vid, cmd_id): a command's identity
+_FRAME = struct.Struct("<II")  # outcome log record header: length, crc32 of the msgpack body
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +98,34 @@ class LedgerEntry:
     @property
     def in_flight(self) -> bool:
         return self.result == IN_FLIGHT
+
+
+def _row(e: LedgerEntry) -> tuple[str, str, str, str, str, str, bytes, int, int]:
+    return (e.cmd_id, e.vid, e.name, e.result, e.subject, e.msg_id, e.payload, int(e.spooled), e.at_ns)
+
+
+def outcome_log_path(path: Path) -> Path:
+    """The outcome log next to the ledger file `path` (see `Ledger.record`)."""
+    return path.with_name(path.name + "-outcomes")
+
+
+def read_outcome_log(path: Path) -> list[LedgerEntry]:
+    """The final rows in the outcome log at `path`, oldest first; a torn last record is skipped."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out, at = [], 0
+    while at + _FRAME.size <= len(data):
+        size, crc = _FRAME.unpack_from(data, at)
+        body = data[at + _FRAME.size: at + _FRAME.size + size]
+        if len(body) != size or zlib.crc32(body) != crc:
+            break
+        f = msgpack.unpackb(body)
+        out.append(LedgerEntry(cmd_id=f[0], vid=f[1], name=f[2], result=f[3], subject=f[4], msg_id=f[5],
+                               payload=f[6], spooled=bool(f[7]), at_ns=f[8]))
+        at += _FRAME.size + size
+    return out
 
 
 def in_flight_entry(vid: str, cmd_id: str, name: str, at_ns: int) -> LedgerEntry:
@@ -116,8 +154,44 @@ class Ledger:
         # Sound because one gateway process owns a state dir; None until opened, or above MAX_INDEXED
         # (then every lookup queries).
         self._ids: set[Key] | None = None
+        # The outcome log (see `record`): final rows appended by the loop, moved into SQLite by the worker.
+        self._log_path = outcome_log_path(path)
+        self._log_fd: int | None = None
+        self._log_lock = threading.Lock()  # appends (loop) against take-and-truncate (worker)
+        self._unflushed: dict[Key, LedgerEntry] = {}  # in the outcome log, not yet in SQLite
+        self._mine: set[Key] = set()  # in-flight rows this process wrote and has not finished
 
     # -- on the worker thread ----------------------------------------------
+    def _replay_log(self, db: sqlite3.Connection) -> None:
+        """Move what a previous process left in the outcome log into SQLite (a torn last record is skipped)."""
+        rows = [_row(e) for e in read_outcome_log(self._log_path)]
+        if rows:
+            self._set_sync(db, "FULL")
+            db.execute("BEGIN")
+            db.executemany(_UPSERT, rows)
+            db.execute("COMMIT")
+        self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.ftruncate(self._log_fd, 0)
+
+    def _flush_finals(self, db: sqlite3.Connection) -> list[LedgerEntry]:
+        """Write the logged final rows into SQLite (before a batch or a read); `_forget_finals` after the commit."""
+        with self._log_lock:
+            finals = list(self._unflushed.values())
+        if finals:
+            db.executemany(_UPSERT, [_row(e) for e in finals])
+        return finals
+
+    def _forget_finals(self, finals: list[LedgerEntry]) -> None:
+        """They are committed: drop them from memory, and empty the log once nothing in it is pending."""
+        if not finals:
+            return
+        with self._log_lock:
+            for e in finals:
+                if self._unflushed.get(e.key) is e:
+                    del self._unflushed[e.key]
+            if not self._unflushed and self._log_fd is not None:
+                os.ftruncate(self._log_fd, 0)  # under the lock: no append can fall between the check and this
+
     def _set_sync(self, db: sqlite3.Connection, mode: str) -> None:
         # Only when it changes: each statement is one more round of the GIL between worker and loop.
         if self._sync != mode:
@@ -137,6 +211,7 @@ class Ledger:
             db.execute("DROP TABLE ledger_by_id")
         db.execute(_SCHEMA)
         db.execute("CREATE INDEX IF NOT EXISTS ledger_at ON ledger (at_ns)")
+        self._replay_log(db)
         self._prune(db, time.time_ns())
         rows = db.execute("SELECT vid, cmd_id FROM ledger LIMIT ?", (MAX_INDEXED + 1,)).fetchall()
         self._ids = {(str(r[0]), str(r[1])) for r in rows} if len(rows) <= MAX_INDEXED else None
@@ -153,6 +228,8 @@ class Ledger:
             db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
 
     def _lookup(self, db: sqlite3.Connection, key: Key) -> LedgerEntry | None:
+        self._set_sync(db, "NORMAL")
+        self._forget_finals(self._flush_finals(db))  # autocommit: committed when it returns
         self._flush_marks(db)  # a lookup must see every mark made so far
         row = db.execute(f"SELECT {_COLUMNS} FROM ledger WHERE vid = ? AND cmd_id = ?", key).fetchone()
         if row is None:
@@ -180,14 +257,17 @@ class Ledger:
         with self._marks_lock:
             take = len(self._marks) >= MARKS_BATCH or (bool(self._marks) and len(batch) > 1)
         marks = self._take_marks() if take else set()
-        rows = [(e.cmd_id, e.vid, e.name, e.result, e.subject, e.msg_id, e.payload, int(e.spooled), e.at_ns)
-                for e, _ in batch]  # fmt: skip
+        rows = [_row(e) for e, _ in batch]
         self._set_sync(db, "FULL" if durable else "NORMAL")
-        if len(rows) == 1 and not marks:  # autocommit: the statement is its own transaction
+        with self._log_lock:
+            logged = bool(self._unflushed)
+        if len(rows) == 1 and not marks and not logged:  # autocommit: the statement is its own transaction
             out = [db.execute(_UPSERT, rows[0]).rowcount == 1]
         else:
             db.execute("BEGIN")
+            finals: list[LedgerEntry] = []
             try:
+                finals = self._flush_finals(db)  # first: they were finished before anything in this batch
                 if marks:
                     db.executemany("UPDATE ledger SET spooled = 1 WHERE vid = ? AND cmd_id = ?", list(marks))
                 out = [db.execute(_UPSERT, row).rowcount == 1 for row in rows]
@@ -197,14 +277,16 @@ class Ledger:
                 with self._marks_lock:
                     self._marks |= marks
                 raise
+            self._forget_finals(finals)
         if self._ids is not None:
             self._ids.update(e.key for e, _ in batch)
         return out
 
     def _prune(self, db: sqlite3.Connection, now_ns: int) -> int:
         cutoff = now_ns - int(self.retention_s * 1e9)
-        self._flush_marks(db)
         self._set_sync(db, "NORMAL")
+        self._forget_finals(self._flush_finals(db))
+        self._flush_marks(db)
         ids = self._ids
         if ids is not None:
             gone = db.execute("SELECT vid, cmd_id FROM ledger WHERE at_ns < ?", (cutoff,)).fetchall()
@@ -231,7 +313,41 @@ class Ledger:
         """Write a row; the first final row for a key wins. True if this call wrote it.
 
         Concurrent calls (many vehicles) share one transaction and one fsync.
+
+        The final row of a command whose in-flight row this process wrote
+        (the common case) is appended to the outcome log instead, a plain
+        file written here with one `write` (no fsync): once it returns, the
+        row survives a crash of this process, as a synchronous=NORMAL commit
+        would, without a round trip to the worker thread. The worker moves
+        it into SQLite with its next transaction (usually the next
+        command's in-flight row, whose fsync then covers it too), before a
+        lookup, and when the file is next opened. A power loss may lose it,
+        as it may lose a NORMAL commit: the redelivery then recovers from
+        the in-flight row.
         """
+        key = entry.key
+        if not durable and not entry.in_flight and key in self._mine and self._log_fd is not None:
+            self._mine.discard(key)
+            body = msgpack.packb(list(_row(entry)))
+            record = _FRAME.pack(len(body), zlib.crc32(body)) + body
+            with self._log_lock:
+                n = os.write(self._log_fd, record)
+                if n == len(record):
+                    self._unflushed[key] = entry
+                else:  # short write (disk full): undo it, so no torn record hides later ones; SQLite instead
+                    os.ftruncate(self._log_fd, os.lseek(self._log_fd, 0, os.SEEK_END) - n)
+            if n == len(record):
+                if self._ids is not None:
+                    self._ids.add(key)
+                return True
+        wrote = await self._write(entry, durable)
+        if entry.in_flight and wrote:
+            self._mine.add(key)
+        else:
+            self._mine.discard(key)
+        return wrote
+
+    async def _write(self, entry: LedgerEntry, durable: bool) -> bool:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((entry, durable, fut))
         if not self._writing:
@@ -259,6 +375,7 @@ class Ledger:
         Not fsynced: if a power loss brings the row back, the redelivery only
         takes the careful path (`recovery`) instead of sending again.
         """
+        self._mine.discard((vid, cmd_id))
         await self._worker.run(self._clear_in_flight, (vid, cmd_id))
 
     def _clear_in_flight(self, db: sqlite3.Connection, key: Key) -> None:
@@ -291,8 +408,16 @@ class Ledger:
     def count_sync(self) -> int:
         return self._worker.call(self._count)
 
+    def _shutdown(self, db: sqlite3.Connection) -> None:
+        self._set_sync(db, "NORMAL")
+        self._forget_finals(self._flush_finals(db))
+        self._flush_marks(db)
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
+
     def close(self) -> None:
-        """Write the pending spooled marks and close the file (only if it was opened)."""
+        """Write the logged final rows and pending spooled marks, and close the files (only if opened)."""
         if self._worker.opened:
-            self._worker.call(self._flush_marks)
+            self._worker.call(self._shutdown)
         self._worker.close()

@@ -7,6 +7,8 @@ Defaults come from MAVJET_NATS, read here in the CLI layer only.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import ssl
 from collections.abc import Awaitable, Callable
@@ -159,6 +161,30 @@ def options_from_args(args: argparse.Namespace, *, name: str = "mavjet") -> Nats
     )
 
 
+def inbox_prefix_for_name(name: str) -> str:
+    """The reply-inbox prefix of a `mavjet auth` identity (its permissions allow `<prefix>.>` only)."""
+    return f"_INBOX_{name}"
+
+
+def creds_inbox_prefix(creds_file: str) -> str | None:
+    """The inbox prefix for the identity in a creds file: `_INBOX_<name>` from its JWT's `name`.
+
+    Read without verifying (the server verifies). None when the file is not
+    readable or not a mavjet identity, so nats-py's default `_INBOX` stays.
+    """
+    try:
+        lines = Path(creds_file).read_text().splitlines()
+        token = lines[lines.index("-----BEGIN NATS USER JWT-----") + 1].strip()
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        name = str(claims.get("name", ""))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        return None
+    return inbox_prefix_for_name(name)
+
+
 def connect_kwargs(opts: NatsOptions, **extra: Any) -> dict[str, Any]:
     """The arguments of `nats.connect` for `opts`: the one place they are spelled out.
 
@@ -171,6 +197,9 @@ def connect_kwargs(opts: NatsOptions, **extra: Any) -> dict[str, Any]:
     }
     if opts.creds_file:
         kwargs["user_credentials"] = opts.creds_file
+        prefix = creds_inbox_prefix(opts.creds_file)
+        if prefix is not None:
+            kwargs["inbox_prefix"] = prefix
     tls = opts.tls_context()
     if tls is not None:
         kwargs["tls"] = tls

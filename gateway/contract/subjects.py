@@ -59,6 +59,16 @@ def shadow_key(env: str, vid: str, doc: str) -> str:
     return f"fleet.{env}.veh.{vid}.{doc}"
 
 
+def mav_down_subject(env: str, vid: str) -> str:
+    """Core NATS (not stored): raw MAVLink frames from the vehicle, published by its gateway (the tunnel)."""
+    return f"fleet.{env}.veh.{vid}.mav.down"
+
+
+def mav_up_subject(env: str, vid: str) -> str:
+    """Core NATS (not stored): raw MAVLink frames for the vehicle, from `mavjet tunnel` (operator permission)."""
+    return f"fleet.{env}.veh.{vid}.mav.up"
+
+
 def state_filter(env: str, vid: str = "*", channel: str = ">") -> str:
     return f"fleet.{env}.veh.{vid}.state.{channel}"
 

@@ -5,6 +5,12 @@ starts simulated vehicles and the gateway as child processes, then shows the
 fleet table and event feed. The vehicles fly a sortie: through TWIN_CMD when
 the command executor is installed, otherwise the simulator's own autopilot.
 Ctrl-C (or --duration) stops every process it started.
+
+`--secure` (`make demo-secure`) runs the same demo with the permission matrix
+of docs/security.md: `mavjet auth init` writes DIR/auth, the server runs with
+its auth.conf, provisioning uses admin.creds, the gateway its own gateway
+credential (for the demo's vehicles only), the sortie operator.creds and the
+fleet view viewer.creds.
 """
 
 from __future__ import annotations
@@ -21,16 +27,20 @@ import time
 from pathlib import Path
 
 import nats
+from nats.aio.client import Client
 
 from gateway.contract.errors import ConfigError
+from gateway.contract.natsconn import NatsOptions, connect_kwargs
 from gateway.contract.units import parse_duration_s
+from gateway.ops import auth
 from gateway.ops.fleet import show
-from gateway.ops.natsserver import NatsServer, free_port
+from gateway.ops.natsserver import DEV_CONFIG, NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.ops.runner import run_cli
 from gateway.ops.sortie import fly_sortie_forever
 
 ENV = "prod"
+DEMO_GATEWAY = "demo-gw"  # the gateway's identity under --secure
 SIM_START_ATTEMPTS = 3
 SIM_READY_TIMEOUT_S = 15.0  # the simulator imports pymavlink and binds: ~1 s idle, more under load
 
@@ -63,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sortie", choices=["auto", "commands", "sim"], default="auto",
                    help="who flies the sortie: the gateway through TWIN_CMD, or the sim's own autopilot")
     p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
+    p.add_argument("--secure", action="store_true",
+                   help="with per-identity credentials and the permission matrix (docs/security.md)")
     return p
 
 
@@ -70,23 +82,38 @@ def _use_commands(choice: str) -> bool:
     return choice in ("commands", "auto")
 
 
-async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands: bool) -> None:
-    nc = await nats.connect(url, connect_timeout=2)
+async def _connect(url: str, creds: Path | None) -> Client:
+    opts = NatsOptions(servers=(url,), creds_file=None if creds is None else str(creds))
+    return await nats.connect(**connect_kwargs(opts))
+
+
+async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands: bool,
+               creds: Path | None = None) -> None:
+    """Provision, fly, show; under --secure each with its own identity from `creds` (DIR/auth/creds)."""
+    admin = await _connect(url, creds and creds / "admin.creds")
     try:
-        await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
+        await provision(admin.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
+    finally:
+        if creds is not None:
+            await admin.close()
+    operator = admin if creds is None else await _connect(url, creds / "operator.creds")
+    viewer = admin if creds is None else await _connect(url, creds / "viewer.creds")
+    try:
         tasks = []
         if via_commands:
             for i, vid in enumerate(vids):
-                tasks.append(asyncio.create_task(fly_sortie_forever(nc, ENV, vid, index=i), name=f"demo.sortie[{vid}]"))
+                tasks.append(asyncio.create_task(fly_sortie_forever(operator, ENV, vid, index=i), name=f"demo.sortie[{vid}]"))
         duration = parse_duration_s(args.duration) if args.duration else None
         try:
-            await show(nc, ENV, refresh_s=1.0, duration_s=duration, clear=not args.no_clear and sys.stdout.isatty())
+            await show(viewer, ENV, refresh_s=1.0, duration_s=duration, clear=not args.no_clear and sys.stdout.isatty())
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        await nc.close()
+        for nc in {id(c): c for c in (admin, operator, viewer)}.values():
+            if not nc.is_closed:
+                await nc.close()
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
@@ -150,10 +177,18 @@ def run(args: argparse.Namespace) -> int:
     shutil.rmtree(data / "js", ignore_errors=True)
     shutil.rmtree(data / "state", ignore_errors=True)
     data.mkdir(parents=True, exist_ok=True)
-    server = NatsServer(store_dir=str(data / "js"), log_file=str(data / "nats.log"))
+    vids = [f"VID-{i + 1:03d}" for i in range(args.vehicles)]
+    creds: Path | None = None
+    config: str | None = None
+    if args.secure:
+        # A fresh identity set each run, like the fresh store: nothing from a previous demo is trusted.
+        auth.init(data / "auth", env=ENV, vehicles=vids, gateways={DEMO_GATEWAY: vids}, force=True)
+        creds = data / "auth" / "creds"
+        (data / "nats.conf").write_text(DEV_CONFIG + "include auth/auth.conf\n")
+        config = str(data / "nats.conf")
+    server = NatsServer(store_dir=str(data / "js"), log_file=str(data / "nats.log"), config_file=config)
     sim: subprocess.Popen[bytes] | None = None
     gw: subprocess.Popen[bytes] | None = None
-    vids = [f"VID-{i + 1:03d}" for i in range(args.vehicles)]
     try:
         server.start()
         exe = [sys.executable, "-m", "gateway"]
@@ -163,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_port = free_port()
         gw_cmd = [*exe, "gateway", "--nats", server.url, "--env", ENV, "--state-dir", str(data / "state"),
                   "--metrics-port", str(metrics_port), "--instance", "demo", "--log-json"]
+        if creds is not None:
+            gw_cmd += ["--creds", str(creds / f"{DEMO_GATEWAY}.creds")]
         for i, vid in enumerate(vids):
             gw_cmd += ["--vehicle", f"{vid}=tcp:127.0.0.1:{base + 10 * i}"]
         with open(data / "gateway.log", "wb") as gw_log:
@@ -171,9 +208,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.vehicles} simulated vehicles on tcp 127.0.0.1:{base}+10*i, gateway metrics on "
               f"http://127.0.0.1:{metrics_port}/metrics, logs in {data}/")
         print(f"sortie flown by {'the gateway through TWIN_CMD' if via_commands else 'the simulator'}")
-        print(f"try in another shell: mavjet twin VID-001 --nats {server.url}", flush=True)
+        hint = "" if creds is None else f" --creds {creds / 'viewer.creds'}"
+        if creds is not None:
+            print(f"secured: credentials in {creds}/ (docs/security.md); anonymous clients are refused")
+        print(f"try in another shell: mavjet twin VID-001 --nats {server.url}{hint}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run(args, server.url, vids, via_commands))
+            asyncio.run(_run(args, server.url, vids, via_commands, creds))
     finally:
         _stop(gw, "gateway")
         _stop(sim, "simulator")

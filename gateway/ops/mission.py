@@ -1,6 +1,8 @@
 """`mavjet mission put FILE.plan [--name missions/x.plan]`: store a mission plan in TWIN_BLOBS.
 
-The plan is parsed here first (drivers.mavlink.plan), so a broken file is
+The plan is stored once by content, as `sha256/<hex>`, and the name given
+is a link to it (gateway/blobs.py); the gateway reads it by that name. The
+plan is parsed here first (drivers.mavlink.plan), so a broken file is
 refused with the field at fault before any vehicle is asked to fly it; the
 digest printed is the one the gateway's `mission_uploaded` event will carry
 once a vehicle has the mission. `mavjet mission ls` lists stored plans.
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 from drivers.mavlink.plan import PlanError, parse_plan
+from gateway.blobs import put_blob
 from gateway.contract import natsconn
 from gateway.contract.commands import OBJECT_NAME
 from gateway.ops.runner import run_cli
@@ -53,13 +56,14 @@ async def put(args: argparse.Namespace) -> int:
         return 2
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-mission"))
     try:
-        store = await nc.jetstream().object_store(BLOBS)
-        info = await store.put(name, data)
+        # Stored once by content (sha256/<hex>); `name` is a link to it (gateway/blobs.py).
+        stored = await put_blob(nc.jetstream(), data, alias=name)
     finally:
         await nc.close()
     doc = {
         "object": name, "bytes": len(data), "items": len(plan.mission), "fence_items": len(plan.fence),
-        "rally_items": len(plan.rally), "digest": plan.mission_digest, "nuid": info.nuid,
+        "rally_items": len(plan.rally), "digest": plan.mission_digest, "nuid": stored.sha256,
+        "sha256": stored.sha256, "content": stored.name, "already_present": stored.already_present,
     }  # fmt: skip
     if args.json:
         print(json.dumps(doc))

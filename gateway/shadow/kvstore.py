@@ -8,6 +8,14 @@ so a missed update is found within that interval whatever happened. Every
 (re)start delivers the key's current value first, so the reconciler always
 works from the current document, not only from changes.
 
+The watch is not nats-py's `kv.watch`: that creates its consumer through the
+unfiltered `$JS.API.CONSUMER.CREATE.KV_TWIN_SHADOW`, so a credential allowed
+to watch would be allowed to watch every vehicle's shadow. `KeyWatch` names
+its consumer and creates it through the filtered subject
+`$JS.API.CONSUMER.CREATE.KV_TWIN_SHADOW.<name>.$KV.TWIN_SHADOW.<key>` (the
+server checks that the filter in the subject is the request's), so a vehicle's
+permissions can name its own keys (docs/security.md).
+
 Writing. `reported` belongs to the gateway, but a second writer (an operator
 script, a gateway that has not noticed a failover) may write it too. Every
 write is `update(last=revision)`; on a revision conflict the writer re-reads
@@ -19,6 +27,7 @@ number of times.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +36,8 @@ import anyio
 import nats.errors
 import nats.js.errors
 import structlog
+from nats.aio.subscription import Subscription
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KeyValue
 
 from drivers.mavlink.backoff import capped_delay_s
@@ -100,6 +111,58 @@ class ShadowStore:
         kv = await self.kv()
         self.ops += 1
         return int(await kv.put(key, encode(doc)))
+
+
+class KeyWatch:
+    """Changes of one key through a named push consumer created on the filtered subject.
+
+    The consumer is ephemeral: no acks, in memory, and removed by the server
+    `inactive_s` after the subscription goes (so stopping needs no consumer
+    delete permission).
+    """
+
+    def __init__(self, store: ShadowStore, key: str, *, inactive_s: float = 5.0) -> None:
+        self.store = store
+        self.key = key
+        self.inactive_s = inactive_s
+        self._sub: Subscription | None = None
+
+    async def start(self) -> KeyWatch:
+        nc, js = self.store.publisher.nc, self.store.publisher.js
+        if nc is None or js is None:
+            raise ShadowStoreError(self.key, "not connected")
+        inbox = nc.new_inbox()
+        self._sub = await nc.subscribe(inbox)
+        config = ConsumerConfig(
+            name=f"shadow_{secrets.token_hex(8)}",
+            filter_subject=f"$KV.{SHADOW_BUCKET}.{self.key}",
+            deliver_subject=inbox,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=self.inactive_s,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        try:
+            await js.add_consumer(f"KV_{SHADOW_BUCKET}", config=config)
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def updates(self, wait_s: float) -> DesiredEntry:
+        """The next change; nats.errors.TimeoutError when none came within `wait_s`."""
+        if self._sub is None:
+            raise ShadowStoreError(self.key, "watch not started")
+        msg = await self._sub.next_msg(timeout=wait_s)
+        op = (msg.headers or {}).get("KV-Operation")
+        value = None if op in _DELETE_OPS else msg.data
+        return DesiredEntry(int(msg.metadata.sequence.stream), value)
+
+    async def stop(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.unsubscribe()
 
 
 class ReportedWriter:
@@ -180,22 +243,19 @@ async def watch_key(
     failures = 0
     while True:
         try:
-            kv = await store.kv()
+            await store.kv()
             gen = store.reconnects()
             await deliver(await store.get(key))
-            watcher: Any = await kv.watch(key)
+            watcher = await KeyWatch(store, key).start()
             failures = 0
             try:
                 while store.reconnects() == gen:
                     try:
-                        e = await watcher.updates(timeout=resync_interval_s)
+                        entry = await watcher.updates(resync_interval_s)
                     except nats.errors.TimeoutError:
                         await deliver(await store.get(key))
                         continue
-                    if e is None:
-                        continue
-                    value = None if e.operation in _DELETE_OPS else e.value
-                    await deliver(DesiredEntry(int(e.revision or 0), value))
+                    await deliver(entry)
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                     try:

@@ -137,3 +137,18 @@ def test_report_is_self_contained_html_with_svg() -> None:
                 grouped_log_bars(["a"], {"p50": [5.0]}, title="t", unit="ms")):
         ElementTree.fromstring(svg)  # well-formed XML
     assert "no data" in bar_chart([], title="t")
+
+
+def test_typed_only_decoding_leaves_data_null_and_the_rest_equal() -> None:
+    payload = pack("VID-1", T0_NS, {"mode": "AUTO", "lat_deg": 47.5, "seq": 3, "name": "arm", "armed": True,
+                                    "battery_pct": 7, "severity": True, "unknown_key": 1, 5: "int key"})
+    full, typed = Columns(), Columns(with_data=False)
+    full.add("S", 1, "fleet.t.veh.VID-1.evt.statustext", payload)
+    typed.add("S", 1, "fleet.t.veh.VID-1.evt.statustext", payload)
+    a, b = _row(full), _row(typed)
+    assert json.loads(str(a.pop("data")))["mode"] == "AUTO" and b.pop("data") is None
+    assert a == b
+    assert (b["mission_seq"], b["cmd_name"], b["battery_pct"], b["severity"]) == (3, "arm", 7.0, None)
+    assert SourceOptions.from_options({"data": "false"}).data is False and SourceOptions.from_options({}).data
+    with pytest.raises(ConfigError):
+        SourceOptions.from_options({"data": "maybe"})

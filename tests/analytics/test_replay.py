@@ -57,6 +57,30 @@ def test_replay_writes_parquet_summary_and_report(local_out: tuple[Path, dict[st
     assert f"{top_vid}: {top_n:,}" in page  # the flights-per-vehicle chart shows the real count
 
 
+def test_replay_writes_kpis_chains_and_flight_pages(local_out: tuple[Path, dict[str, Any]], history: History) -> None:
+    from tests.analytics.test_flightreport import outline
+
+    out, summary = local_out
+    truth = history.truth
+    assert summary["kpis"]["flights"] == len(truth.flights)
+    assert summary["kpis"]["commands"] == len(truth.commands)
+    assert (out / "command_chains" / "_SUCCESS").exists() and (out / "kpis" / "_SUCCESS").exists()
+    front = (out / "report.html").read_text()
+    o = outline(front)
+    assert "Fleet KPIs" in o.headings and "Flight pages" in o.headings
+    assert f'data-kpi="flights">{len(truth.flights):,}<' in front
+    pages = sorted(p for p in o.links if p.startswith("flight-pages/"))
+    # the 10 latest flights, the 10 latest with a failsafe, and every flight of VID-0002
+    own = sum(1 for f in truth.flights if f.vid == "VID-0002")
+    assert own + 10 <= len(pages) == summary["flight_pages"] <= own + 20
+    for href in pages:
+        page = (out / href).read_text()
+        po = outline(page)
+        assert po.headings[1:] == ["Track", "Altitude and battery", "Commands", "Events"], href
+        assert po.tags.count("svg") == 3 and "polyline" in po.tags and "script" not in po.tags
+        assert "../report.html" in po.links
+
+
 def test_cli_arguments() -> None:
     now = dt.datetime(2025, 6, 15, tzinfo=dt.UTC)
     cfg = config_from_args(build_parser().parse_args(["--since", "24h", "--out", "x", "--nats", "nats://127.0.0.1:1"]), now=now)

@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.js.api import StreamInfo
 
 from drivers.mavlink.dialect import mavlink2
+from gateway.commands.ledger import IN_FLIGHT, outcome_log_path, read_outcome_log
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
@@ -99,6 +100,10 @@ def ledger_result(path: Path, cmd_id: str) -> str | None:
         return None
     finally:
         db.close()
+    if row is None or row[0] == IN_FLIGHT:  # a final row may still be in the outcome log only
+        logged = [e.result for e in read_outcome_log(outcome_log_path(path)) if e.key == ("VID-001", cmd_id)]
+        if logged:
+            return logged[0]
     return None if row is None else str(row[0])
 
 

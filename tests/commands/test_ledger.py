@@ -69,3 +69,62 @@ async def test_concurrent_records_are_group_committed(tmp_path: Path) -> None:
     assert sum(wrote.values()) == 15  # ids 0..4 written twice: the first write won
     assert ledger.count_sync() == 15
     ledger.close()
+
+
+async def test_single_rows_take_one_statement_and_marks_are_batched(tmp_path: Path) -> None:
+    """A vehicle's in-flight and final rows are one statement each; spooled marks wait for a batch or a read."""
+    from gateway.commands.ledger import MARKS_BATCH, in_flight_entry
+
+    path = tmp_path / "m.sqlite"
+    ledger = Ledger(path)
+    await ledger.open()
+    for i in range(3):
+        assert await ledger.record(in_flight_entry("VID-001", f"m{i}", "arm", time.time_ns())) is True
+        assert await ledger.record(entry(f"m{i}"), durable=False) is True
+        ledger.mark_spooled("VID-001", f"m{i}")
+    with sqlite3.connect(path) as raw:  # a second reader: the marks are not written yet
+        assert raw.execute("SELECT COUNT(*) FROM ledger WHERE spooled = 1").fetchone()[0] == 0
+    got = await ledger.lookup("VID-001", "m1")  # a lookup writes them first
+    assert got is not None and got.spooled and got.result == "accepted"
+    for i in range(MARKS_BATCH):
+        await ledger.record(entry(f"b{i}"), durable=False)
+        ledger.mark_spooled("VID-001", f"b{i}")
+    await ledger.record(entry("last"), durable=False)  # MARKS_BATCH pending: written with this row
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM ledger WHERE spooled = 1").fetchone()[0] == 3 + MARKS_BATCH
+    ledger.close()
+
+
+async def test_final_row_in_the_outcome_log_survives_a_crash(tmp_path: Path) -> None:
+    """A final row after this process's in-flight row is one append to the log: a killed process keeps it."""
+    from gateway.commands.ledger import in_flight_entry
+
+    path = tmp_path / "c.sqlite"
+    ledger = Ledger(path)
+    await ledger.open()
+    assert await ledger.record(in_flight_entry("VID-001", "k", "arm", time.time_ns())) is True
+    calls: list[int] = []
+    original = ledger.write_batch
+
+    def counting(db: sqlite3.Connection, batch: list[tuple[LedgerEntry, bool]]) -> list[bool]:
+        calls.append(len(batch))
+        return original(db, batch)
+
+    ledger.write_batch = counting  # type: ignore[method-assign]
+    assert await ledger.record(entry("k"), durable=False) is True
+    assert calls == []  # no round trip to the worker
+    assert (tmp_path / "c.sqlite-outcomes").stat().st_size > 0
+    got = await ledger.lookup("VID-001", "k")  # this process sees it (moved into SQLite first)
+    assert got is not None and got.result == "accepted"
+    assert await ledger.record(in_flight_entry("VID-001", "k2", "arm", time.time_ns())) is True
+    assert await ledger.record(entry("k2", "failed"), durable=False) is True
+    with (tmp_path / "c.sqlite-outcomes").open("ab") as f:  # a torn record from a write cut short
+        f.write(b"\x40\x00\x00\x00\x01\x02")
+    ledger._worker.close()  # as if killed: the log is not moved into SQLite, nothing is flushed
+
+    reopened = Ledger(path)
+    got = await reopened.lookup("VID-001", "k2")
+    assert got is not None and (got.result, got.payload) == ("failed", b"\x81\xa1v\x01")
+    assert (tmp_path / "c.sqlite-outcomes").stat().st_size == 0
+    assert reopened.count_sync() == 2
+    reopened.close()

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import anyio
 import pytest
 from nats.aio.client import Client
 
@@ -90,7 +91,8 @@ async def test_a_closed_pipe_is_not_a_traceback(provisioned: Client, nats_server
                          headers={"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": f"VID-001:statustext:p{i}"})
     # `twin` prints everything at once after reading: the write hits the closed pipe in the command itself.
     cmd = f"{sys.executable} -m gateway twin VID-001 --events 300 --nats {nats_server.url} --env test | head -n 1"
-    out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60, check=False)
+    out = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60, check=False))
     assert out.stdout.count("\n") == 1 and "VID-001" in out.stdout
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
     assert out.returncode == 0, out.stderr

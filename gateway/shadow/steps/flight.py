@@ -24,6 +24,7 @@ from gateway.shadow.steps.base import Finding, StepContext, Verdict, command_rea
 
 OWN_MODE_WINDOW_S = 10.0  # a mode change this soon after we asked for that mode is ours
 TEXT_WINDOW_S = 3.0  # a STATUSTEXT this recent explains a rejection (PreArm: ...)
+_TEXTS_MAX = 3  # ArduPilot explains one refused arm in several lines ("PreArm: X" before the ACK, "Arm: X" after)
 
 
 class FlightTracker:
@@ -33,11 +34,12 @@ class FlightTracker:
         self.revision_seen_mono = time.monotonic()  # when the current desired revision arrived
         self.recovery_entered_mono: float | None = None  # the autopilot entered a recovery mode on its own
         self.own_mode: tuple[str, float] | None = None  # (mode, monotonic) we last asked for
-        self.last_text: tuple[float, str] | None = None
+        self.texts: list[tuple[float, str]] = []  # recent STATUSTEXTs, oldest first
         self._changed = anyio.Event()
 
     def on_statustext(self, text: str, now_mono: float) -> None:
-        self.last_text = (now_mono, text)
+        self.texts = [t for t in self.texts if now_mono - t[0] < TEXT_WINDOW_S and t[1] != text][-(_TEXTS_MAX - 1):]
+        self.texts.append((now_mono, text))
 
     def on_mode(self, mode: str, now_mono: float) -> None:
         own = self.own_mode is not None and self.own_mode[0] == mode and now_mono - self.own_mode[1] < OWN_MODE_WINDOW_S
@@ -59,10 +61,8 @@ class FlightTracker:
         return at is not None and self.revision_seen_mono > at
 
     def recent_text(self, now_mono: float) -> str:
-        t = self.last_text
-        if t is not None and now_mono - t[0] < TEXT_WINDOW_S:
-            return f" ({t[1]})"
-        return ""
+        recent = [text for at, text in self.texts if now_mono - at < TEXT_WINDOW_S]
+        return f" ({'; '.join(recent)})" if recent else ""
 
 
 def observe_flight(fld: str, d: Desired, view: VehicleView, record: FlightRecord | None, *,

@@ -1,0 +1,86 @@
+"""Which flights get a page in the report, and the data each page needs (Spark side).
+
+A fleet has far too many flights for a page each; the report gets one for
+the latest flights, the latest flights with a failsafe, and the flights of
+the vehicles asked for with `--vid`. The rows collected here go to
+analytics.flightreport, which renders them without Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from analytics import fleet
+from analytics.flightreport import PAGES_DIR, flight_file, flight_page
+
+LATEST = 10
+LATEST_WITH_FAILSAFE = 10
+PER_VID = 50
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlightData:
+    flight: dict[str, Any]
+    samples: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+
+def select_flights(flights: DataFrame, vids: tuple[str, ...] = ()) -> DataFrame:
+    """(vid, flight_no) of the flights that get a page."""
+    keys = ["vid", "flight_no"]
+    chosen = flights.orderBy(F.desc("start")).limit(LATEST).select(*keys)
+    chosen = chosen.unionByName(
+        flights.where(F.col("failsafes") > 0).orderBy(F.desc("start")).limit(LATEST_WITH_FAILSAFE).select(*keys)
+    )
+    if vids:
+        latest_first = Window.partitionBy("vid").orderBy(F.desc("start"))
+        own = flights.where(F.col("vid").isin(*vids)).withColumn("_n", F.row_number().over(latest_first))
+        chosen = chosen.unionByName(own.where(F.col("_n") <= PER_VID).select(*keys))
+    return chosen.distinct()
+
+
+def collect_flights(
+    events: DataFrame, flights: DataFrame, vids: tuple[str, ...] = (), track: DataFrame | None = None
+) -> list[FlightData]:
+    keys = select_flights(flights, vids).collect()
+    if not keys:
+        return []
+    pairs = [(r["vid"], int(r["flight_no"])) for r in keys]
+    spark = events.sparkSession
+    key_df = F.broadcast(spark.createDataFrame(pairs, "vid string, flight_no int"))
+    # flight_no is counted per vehicle, so keeping only these vehicles' events keeps it right
+    mine = events.where(F.col("vid").isin(*sorted({v for v, _ in pairs})))
+    rows = flights.join(key_df, ["vid", "flight_no"]).collect()
+    samples: dict[tuple[str, int], list[dict[str, Any]]] = {p: [] for p in pairs}
+    for s in fleet.flight_samples(mine, track).join(key_df, ["vid", "flight_no"]).collect():
+        samples[(s["vid"], int(s["flight_no"]))].append(s.asDict())
+    evs: dict[tuple[str, int], list[dict[str, Any]]] = {p: [] for p in pairs}
+    for e in fleet.flight_events(mine).join(key_df, ["vid", "flight_no"]).orderBy("time", "seq").collect():
+        evs[(e["vid"], int(e["flight_no"]))].append(e.asDict())
+    out = []
+    for r in sorted(rows, key=lambda r: (r["vid"], r["flight_no"])):
+        k = (r["vid"], int(r["flight_no"]))
+        out.append(FlightData(flight=r.asDict(recursive=True), samples=samples[k], events=evs[k]))
+    return out
+
+
+def write_pages(out_dir: Path, data: list[FlightData]) -> list[dict[str, Any]]:
+    """Write one page per flight under out_dir/PAGES_DIR/; return the front page's links."""
+    links = []
+    (out_dir / PAGES_DIR).mkdir(parents=True, exist_ok=True)
+    for fd in data:
+        f = fd.flight
+        href = flight_file(f["vid"], int(f["flight_no"]))
+        (out_dir / href).write_text(flight_page(f, fd.samples, fd.events), encoding="utf-8")
+        links.append({
+            "vid": f["vid"], "flight_no": f["flight_no"], "href": href,
+            "start": f["start"].isoformat(sep=" ", timespec="seconds") if f.get("start") else None,
+            "air_s": f.get("air_s"), "distance_m": f.get("distance_m"), "max_alt_m": f.get("max_alt_m"),
+            "failsafes": f.get("failsafes"),
+        })
+    return links

@@ -1,0 +1,282 @@
+"""`mavjet auth`: per-vehicle NATS identities and the permission matrix.
+
+`mavjet auth init DIR --env ENV --vehicle VID ... [--gateway NAME=VID,VID ...]`
+writes `DIR/auth.conf` (a nats-server fragment to `include`: operator JWT,
+memory resolver preloaded with the account JWTs) and `DIR/creds/*.creds`.
+`mavjet auth add-vehicle DIR VID` issues one more vehicle credential with the
+account signing key kept in `DIR/keys/`, so `auth.conf` and every credential
+already issued stay valid (no server reload needed).
+
+The matrix (docs/security.md) is enforced by the server: each user JWT
+carries its allow lists. They name the exact JetStream API subjects the
+gateway and the CLI use, so a vehicle credential reaches its own vehicles'
+subjects, consumers and shadow keys and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.contract.errors import ConfigError
+from gateway.contract.natsconn import inbox_prefix_for_name
+from gateway.contract.subjects import (
+    BLOBS_BUCKET,
+    CMD_STREAM,
+    EVENTS_STREAM,
+    SHADOW_BUCKET,
+    STATE_STREAM,
+    check_token,
+    cmd_filter,
+    command_consumer,
+    veh_prefix,
+)
+from gateway.ops.auth_jwt import (
+    ACCOUNT,
+    OPERATOR,
+    USER,
+    NKey,
+    account_jwt,
+    creds_text,
+    operator_jwt,
+    user_jwt,
+    write_secret,
+)
+
+API = "$JS.API"
+KV_STREAM = f"KV_{SHADOW_BUCKET}"
+OBJ_STREAM = f"OBJ_{BLOBS_BUCKET}"
+ROLES = ("operator", "viewer", "analytics", "admin")
+MANIFEST = "auth.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Permissions:
+    pub_allow: list[str]
+    sub_allow: list[str]
+    pub_deny: list[str]
+
+
+def _kv(env: str, vid: str, doc: str) -> str:
+    return f"$KV.{SHADOW_BUCKET}.{veh_prefix(env, vid)}.{doc}"
+
+
+def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:
+    """A vehicle's (or a hub gateway's) identity: its own vehicles and nothing else."""
+    pub = [
+        f"{API}.INFO",
+        f"{API}.STREAM.NAMES",  # nats-py finds an object's stream by subject before reading it
+        f"{API}.STREAM.INFO.{KV_STREAM}",
+        f"{API}.STREAM.INFO.{OBJ_STREAM}",
+        # mission plans: read-only object store access (see docs/security.md, "limits")
+        f"{API}.DIRECT.GET.{OBJ_STREAM}.>",
+        f"{API}.STREAM.MSG.GET.{OBJ_STREAM}",
+        f"{API}.CONSUMER.CREATE.{OBJ_STREAM}",
+        f"$JS.FC.{OBJ_STREAM}.>",
+    ]
+    sub = [f"{inbox_prefix_for_name(name)}.>"]
+    for vid in vids:
+        p = veh_prefix(env, vid)
+        consumer = command_consumer(vid)
+        pub += [
+            f"{p}.state.>",
+            f"{p}.evt.>",
+            f"{p}.mav.down",
+            # its own command consumer: created only with its own filter (the server checks
+            # the filter in the subject against the request), read, pulled, acked
+            f"{API}.CONSUMER.CREATE.{CMD_STREAM}.{consumer}.{cmd_filter(env, vid)}",
+            f"{API}.CONSUMER.INFO.{CMD_STREAM}.{consumer}",
+            f"{API}.CONSUMER.MSG.NEXT.{CMD_STREAM}.{consumer}",
+            f"$JS.ACK.{CMD_STREAM}.{consumer}.>",
+            # shadow: write reported/meta/config, read all four, watch desired through a filtered consumer
+            _kv(env, vid, "reported"),
+            _kv(env, vid, "meta"),
+            _kv(env, vid, "config"),  # the gateway's own record of the link (endpoint, sysid, rates)
+        ]
+        for doc in ("desired", "config", "reported", "meta"):
+            pub.append(f"{API}.DIRECT.GET.{KV_STREAM}.{_kv(env, vid, doc)}")
+        pub.append(f"{API}.CONSUMER.CREATE.{KV_STREAM}.*.{_kv(env, vid, 'desired')}")
+        sub.append(f"{p}.mav.up")
+    return Permissions(pub_allow=pub, sub_allow=sub, pub_deny=[])
+
+
+_ADMIN_ONLY = [
+    f"{API}.STREAM.CREATE.>", f"{API}.STREAM.UPDATE.>", f"{API}.STREAM.DELETE.>",
+    f"{API}.STREAM.PURGE.>", f"{API}.STREAM.MSG.DELETE.>", f"{API}.STREAM.RESTORE.>",
+    f"{API}.STREAM.SNAPSHOT.>", f"{API}.CONSUMER.DURABLE.CREATE.>",
+]
+
+
+def _readers(name: str, streams: list[str]) -> list[str]:
+    """JetStream API subjects to read `streams` with ephemeral/ordered consumers and gets."""
+    pub = [f"{API}.INFO", f"{API}.STREAM.NAMES", f"{API}.STREAM.LIST"]
+    for s in streams:
+        pub += [
+            f"{API}.STREAM.INFO.{s}",
+            f"{API}.CONSUMER.CREATE.{s}",
+            f"{API}.CONSUMER.CREATE.{s}.>",
+            f"{API}.CONSUMER.INFO.{s}.>",
+            f"{API}.CONSUMER.DELETE.{s}.>",
+            f"{API}.CONSUMER.MSG.NEXT.{s}.>",
+            f"{API}.STREAM.MSG.GET.{s}",
+            f"{API}.DIRECT.GET.{s}",
+            f"{API}.DIRECT.GET.{s}.>",
+            f"$JS.FC.{s}.>",
+        ]
+    return pub
+
+
+def role_permissions(role: str, env: str) -> Permissions:
+    inbox = f"{inbox_prefix_for_name(role)}.>"
+    if role == "admin":
+        return Permissions(pub_allow=[">"], sub_allow=[">"], pub_deny=[])
+    if role == "viewer":
+        return Permissions(
+            pub_allow=_readers(role, [STATE_STREAM, EVENTS_STREAM, KV_STREAM]),
+            sub_allow=[inbox, f"fleet.{env}.veh.*.state.>", f"fleet.{env}.veh.*.evt.>"],
+            pub_deny=[],
+        )
+    if role == "analytics":
+        return Permissions(
+            pub_allow=[*_readers(role, [EVENTS_STREAM]), f"$JS.ACK.{EVENTS_STREAM}.>"],
+            sub_allow=[inbox],
+            pub_deny=[],
+        )
+    if role == "operator":
+        streams = [STATE_STREAM, EVENTS_STREAM, KV_STREAM, OBJ_STREAM]
+        return Permissions(
+            pub_allow=[
+                *_readers(role, streams),
+                # TWIN_CMD: look, never pull or delete (a pull from gw_<vid> would take a vehicle's command)
+                f"{API}.STREAM.INFO.{CMD_STREAM}",
+                f"{API}.CONSUMER.INFO.{CMD_STREAM}.>",
+                f"{API}.CONSUMER.LIST.{CMD_STREAM}",
+                f"{API}.CONSUMER.NAMES.{CMD_STREAM}",
+                f"$JS.ACK.{EVENTS_STREAM}.>",
+                f"fleet.{env}.veh.*.cmd.>",
+                f"fleet.{env}.veh.*.mav.up",
+                f"$KV.{SHADOW_BUCKET}.fleet.{env}.veh.*.desired",
+                f"$O.{BLOBS_BUCKET}.>",
+            ],
+            sub_allow=[">"],
+            # Deny lists win over allow lists in the server: belt and braces for the destructive ones.
+            pub_deny=_ADMIN_ONLY,
+        )
+    raise ConfigError("auth.role", f"unknown role {role!r}")
+
+
+# -- the directory ------------------------------------------------------------------
+
+
+def _name(kind: str, value: str) -> str:
+    try:
+        return check_token(kind, value)
+    except Exception as exc:
+        raise ConfigError(f"auth.{kind}", f"{value!r}: letters, digits, '-' and '_' only") from exc
+
+
+def _issue(d: Path, signing: NKey, account: str, name: str, perms: Permissions) -> Path:
+    user = NKey.create(USER)
+    token = user_jwt(signing, user.public, name, account=account, pub_allow=perms.pub_allow,
+                     sub_allow=perms.sub_allow, pub_deny=perms.pub_deny)
+    path = d / "creds" / f"{name}.creds"
+    write_secret(path, creds_text(token, user.seed))
+    return path
+
+
+def _load(d: Path) -> tuple[dict[str, object], NKey]:
+    manifest = d / MANIFEST
+    if not manifest.is_file():
+        raise ConfigError("auth.dir", f"{d} has no {MANIFEST}: run `mavjet auth init` first")
+    data: dict[str, object] = json.loads(manifest.read_text())
+    signing = NKey.from_seed((d / "keys" / "account-signing.nk").read_bytes())
+    return data, signing
+
+
+def init(d: Path, *, env: str, vehicles: list[str], gateways: dict[str, list[str]], force: bool = False) -> list[Path]:
+    if (d / MANIFEST).exists() and not force:
+        raise ConfigError("auth.dir", f"{d} already holds an auth setup (--force replaces every credential)")
+    env = _name("env", env)
+    for vid in vehicles:
+        _name("vid", vid)
+    for gw, vids in gateways.items():
+        _name("gateway", gw)
+        for vid in vids:
+            _name("vid", vid)
+    operator, account, signing, system = (NKey.create(OPERATOR), NKey.create(ACCOUNT),
+                                          NKey.create(ACCOUNT), NKey.create(ACCOUNT))
+    keys = d / "keys"
+    for key_name, key in (("operator", operator), ("account", account), ("account-signing", signing)):
+        write_secret(keys / f"{key_name}.nk", key.seed.decode() + "\n")
+    op = operator_jwt(operator, "mavjet", system_account=system.public)
+    acc = account_jwt(operator, account.public, "MAVJET", signing_keys=[signing.public], jetstream=True)
+    sys_acc = account_jwt(operator, system.public, "SYS", signing_keys=[], jetstream=False)
+    conf = (
+        "# NATS decentralized auth for mavjet, written by `mavjet auth init`: include it\n"
+        "# from the server configuration. Holds no secret (JWTs are public, signed by the keys in keys/).\n"
+        f"operator: {op}\n"
+        f"system_account: {system.public}\n"
+        "resolver: MEMORY\n"
+        "resolver_preload: {\n"
+        f"  {account.public}: {acc}\n"
+        f"  {system.public}: {sys_acc}\n"
+        "}\n"
+    )
+    (d / "auth.conf").write_text(conf)
+    identities = [(vid, vehicle_permissions(vid, env, [vid])) for vid in vehicles]
+    identities += [(gw, vehicle_permissions(gw, env, vids)) for gw, vids in gateways.items()]
+    identities += [(role, role_permissions(role, env)) for role in ROLES]
+    written = [d / "auth.conf"]
+    written += [_issue(d, signing, account.public, name, perms) for name, perms in identities]
+    manifest = {"env": env, "account": account.public, "vehicles": vehicles, "gateways": gateways}
+    (d / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return written
+
+
+def add_vehicle(d: Path, vid: str) -> Path:
+    data, signing = _load(d)
+    vid = _name("vid", vid)
+    env, account = str(data["env"]), str(data["account"])
+    path = _issue(d, signing, account, vid, vehicle_permissions(vid, env, [vid]))
+    vehicles = [str(v) for v in data.get("vehicles", []) or []]  # type: ignore[attr-defined]
+    if vid not in vehicles:
+        data["vehicles"] = [*vehicles, vid]
+        (d / MANIFEST).write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def _gateway_arg(text: str) -> tuple[str, list[str]]:
+    name, sep, vids = text.partition("=")
+    if not sep or not name or not vids:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VID[,VID...]")
+    return name, [v.strip() for v in vids.split(",") if v.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="mavjet auth", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="action", required=True)
+    pi = sub.add_parser("init", help="new operator, account and credentials in DIR")
+    pi.add_argument("dir", type=Path)
+    pi.add_argument("--env", default="prod")
+    pi.add_argument("--vehicle", action="append", default=[], metavar="VID")
+    pi.add_argument("--gateway", action="append", default=[], type=_gateway_arg, metavar="NAME=VID,VID")
+    pi.add_argument("--force", action="store_true", help="replace an existing setup (invalidates every credential)")
+    pa = sub.add_parser("add-vehicle", help="one more vehicle credential; the others stay valid")
+    pa.add_argument("dir", type=Path)
+    pa.add_argument("vid")
+    args = p.parse_args(argv)
+    try:
+        if args.action == "init":
+            written = init(args.dir, env=args.env, vehicles=list(args.vehicle),
+                           gateways=dict(args.gateway), force=args.force)
+            for path in written:
+                print(path)
+        else:
+            print(add_vehicle(args.dir, args.vid))
+    except ConfigError as exc:
+        print(f"mavjet auth: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,92 @@
+"""MAVProxy from PyPI as the operator's ground station, through `mavjet tunnel` and NATS, on a sim vehicle.
+
+MAVProxy runs headless: its console reads commands from a pipe (no
+`--non-interactive`, which stops it reading them) and prints to stdout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import Process
+from nats.aio.client import Client
+
+from gateway.daemon import Gateway
+from gateway.ops.natsserver import NatsServer
+from sim.fleet import SimConfig, SimFleet
+from tests.gateway.test_routes import _free_udp_port
+from tests.support import ENV, gateway_config, running, wait_for_async
+
+MAVPROXY = Path(sys.executable).parent / "mavproxy.py"
+MAVJET = Path(sys.executable).parent / "mavjet"
+
+pytestmark = pytest.mark.skipif(not MAVPROXY.exists(), reason="MAVProxy is not installed (pip install mavjet[dev])")
+
+
+async def _is_guided(gw: Gateway) -> bool:
+    return gw.twins["VID-001"].model.mode == "GUIDED"
+
+
+class Console:
+    """A process's stdout, read as it comes, searched for expected lines."""
+
+    def __init__(self, proc: Process) -> None:
+        self.proc = proc
+        self.text = ""
+
+    async def expect(self, needle: str, timeout_s: float = 20.0) -> None:
+        assert self.proc.stdout is not None
+        with anyio.fail_after(timeout_s):
+            while needle not in self.text:
+                self.text += (await self.proc.stdout.receive()).decode(errors="replace")
+
+    async def expect_count(self, needle: str, n: int, timeout_s: float = 20.0) -> None:
+        assert self.proc.stdout is not None
+        with anyio.fail_after(timeout_s):
+            while self.text.count(needle) < n:
+                self.text += (await self.proc.stdout.receive()).decode(errors="replace")
+
+    async def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send(line.encode() + b"\n")
+
+
+async def test_mavproxy_through_the_tunnel(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=4.0)) as fleet:
+        cfg = replace(gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state"), tunnel=True)
+        port = _free_udp_port()
+        async with running(Gateway(cfg)) as gw:
+            tunnel = await anyio.open_process(
+                [str(MAVJET), "tunnel", "VID-001", "--listen", f"udp:127.0.0.1:{port}", "--nats", nats_server.url,
+                 "--env", ENV], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            mavproxy = await anyio.open_process(
+                [sys.executable, str(MAVPROXY), "--master", f"udpout:127.0.0.1:{port}", "--nowait",
+                 "--state-basedir", str(tmp_path / "mavproxy"), "--default-modules", "link,param,mode,cmdlong"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+            console = Console(mavproxy)
+            try:
+                await console.expect("Detected vehicle 1:1")  # its heartbeats through the tunnel
+                await console.send("param fetch MAV_SYSID")
+                await console.expect("MAV_SYSID = 1")
+                for attempt in range(1, 11):  # refused until the vehicle's position estimate is good
+                    await console.send("mode GUIDED")
+                    await console.expect_count("Got COMMAND_ACK: DO_SET_MODE: ", attempt)
+                    if "DO_SET_MODE: ACCEPTED" in console.text:
+                        break
+                    await anyio.sleep(0.5)
+                await console.expect("Mode GUIDED")
+                # The gateway, serving the vehicle the whole time, saw the ground station's mode change.
+                await wait_for_async(lambda: _is_guided(gw), timeout_s=5)
+            finally:
+                for proc in (mavproxy, tunnel):
+                    proc.terminate()
+                    with anyio.move_on_after(5):
+                        await proc.wait()
+                    if proc.returncode is None:
+                        proc.kill()
+                    await proc.aclose()

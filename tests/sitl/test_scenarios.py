@@ -1,0 +1,35 @@
+"""The scenarios of `tests.sitl.scenarios`, against the simulator and (when ARDUCOPTER_BIN is set) real ArduCopter SITL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from gateway.ops.natsserver import NatsServer
+from tests.sitl import scenarios
+from tests.sitl.peers import Peer
+
+# A real SITL needs ~10 s of wall time to become armable (speedup 5) and flies in real physics.
+pytestmark = pytest.mark.timeout(600)
+
+
+async def test_guided_flight(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as endpoints, \
+            scenarios.gateway_on(provisioned, nats_server.url, endpoints, tmp_path / "state") as rig:
+        await scenarios.fly_guided(rig, "VID-001", armable_within_s=peer.armable_within_s)
+
+
+async def test_qgc_plan_with_fence_and_rally_uploads(
+    peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with peer.start(1, tmp_path) as endpoints, \
+            scenarios.gateway_on(provisioned, nats_server.url, endpoints, tmp_path / "state") as rig:
+        await scenarios.upload_qgc_plan(rig, "VID-001")
+
+
+async def test_two_vehicles_on_one_gateway(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with peer.start(2, tmp_path) as endpoints, \
+            scenarios.gateway_on(provisioned, nats_server.url, endpoints, tmp_path / "state") as rig:
+        await scenarios.two_vehicles(rig, armable_within_s=peer.armable_within_s)
