@@ -45,7 +45,7 @@ IMMUTABLE = ("retention", "storage")
 # Fields provisioning keeps in step with the definition.
 MANAGED = (
     "subjects", "description", "max_age", "max_bytes", "max_msg_size", "max_msgs_per_subject",
-    "discard", "duplicate_window", "allow_rollup_hdrs", "allow_direct", "num_replicas",
+    "discard", "duplicate_window", "allow_rollup_hdrs", "allow_direct", "num_replicas", "max_consumers",
 )
 
 
@@ -96,6 +96,9 @@ def _stream_config(raw: dict[str, Any], env: str, replicas: int) -> jsapi.Stream
         storage=jsapi.StorageType(raw.get("storage", "file")),
         max_age=parse_duration_s(raw["max_age"]) if "max_age" in raw else None,
         max_bytes=parse_size_bytes(raw["max_bytes"]) if "max_bytes" in raw else -1,
+        # nats-server 2.15 caps a stream whose max_consumers is unset at 1,000 consumers;
+        # TWIN_CMD has one durable consumer per vehicle, so it names its own limit.
+        max_consumers=int(raw.get("max_consumers", -1)),
         discard=jsapi.DiscardPolicy(raw.get("discard", "old")),
         duplicate_window=parse_duration_s(raw.get("duplicate_window", "2m")),
         allow_rollup_hdrs=bool(raw.get("allow_rollup_hdrs", False)),
@@ -185,7 +188,7 @@ def _load(directory: Path, *, env: str, replicas: int) -> list[Definition]:
 def _norm(name: str, value: Any) -> Any:
     if name in ("max_age", "duplicate_window"):
         return round(float(value or 0.0), 3)
-    if name in ("max_bytes", "max_msg_size", "max_msgs_per_subject") and value in (None, 0):
+    if name in ("max_bytes", "max_msg_size", "max_msgs_per_subject", "max_consumers") and value in (None, 0):
         return -1
     if name in ("allow_rollup_hdrs", "allow_direct"):
         return bool(value)

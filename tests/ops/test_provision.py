@@ -92,3 +92,13 @@ def test_cli_dry_run_and_unreachable(nats_server: NatsServer) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert bad.returncode == 2 and "cannot reach NATS" in bad.stderr
+
+
+async def test_twin_cmd_takes_more_than_a_thousand_vehicle_consumers(provisioned: Client) -> None:
+    # nats-server caps a stream with no max_consumers at 1,000; TWIN_CMD has one consumer per vehicle.
+    js = provisioned.jetstream()
+    assert (await js.stream_info("TWIN_CMD")).config.max_consumers == 100_000
+    for i in range(1001):
+        await js.add_consumer("TWIN_CMD", jsapi.ConsumerConfig(
+            durable_name=f"gw_V{i}", filter_subject=f"fleet.test.veh.V{i}.cmd.>", ack_policy=jsapi.AckPolicy.EXPLICIT))
+    assert (await js.stream_info("TWIN_CMD")).state.consumer_count == 1001
