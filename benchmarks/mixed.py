@@ -37,7 +37,6 @@ from gateway import logs
 from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.natsconn import NatsOptions
-from gateway.contract.subjects import cmd_filter, cmd_subject
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
 from gateway.ops.demo import pick_base_port
@@ -46,6 +45,7 @@ from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 BASE_STREAM = "BENCH_MIXED_BASE"
+BASE_SUBJECT = "bench.mixed.base.cmd"  # outside TWIN_CMD's subjects
 
 
 async def open_loop(rate_hz: float, seconds: float, fire: Any) -> float:
@@ -92,10 +92,10 @@ async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> di
     name = "bench_mixed_base"
     # Its own workqueue stream, configured like TWIN_CMD: nats-server 2.15 allows 1,000 consumers
     # a stream by default, and at 1,000 vehicles TWIN_CMD has them all (docs/capacity.md).
-    await js.add_stream(StreamConfig(name=BASE_STREAM, subjects=[cmd_filter(ENV, "BASE-0000")],
+    await js.add_stream(StreamConfig(name=BASE_STREAM, subjects=[BASE_SUBJECT],
                                      retention=RetentionPolicy.WORK_QUEUE, max_age=300, duplicate_window=120))
     await js.add_consumer(BASE_STREAM, ConsumerConfig(
-        name=name, durable_name=name, filter_subject=cmd_filter(ENV, "BASE-0000"), ack_policy=AckPolicy.EXPLICIT,
+        name=name, durable_name=name, filter_subject=BASE_SUBJECT, ack_policy=AckPolicy.EXPLICIT,
         ack_wait=30, max_ack_pending=1000))  # fmt: skip
     sub = await js.pull_subscribe_bind(durable=name, stream=BASE_STREAM)
     lat: list[float] = []
@@ -103,7 +103,7 @@ async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> di
 
     async def fire(i: int) -> None:
         t0 = time.perf_counter()
-        await js.publish(cmd_subject(ENV, "BASE-0000", "noop"), b"x" * 64, headers={"Nats-Msg-Id": f"base-{i}"})
+        await js.publish(BASE_SUBJECT, b"x" * 64, headers={"Nats-Msg-Id": f"base-{i}"})
         async with lock:
             msg = (await sub.fetch(1, timeout=10))[0]
         await msg.ack()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ from . import yamlsubset
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 RULES_TEST = ROOT / "deploy" / "prometheus" / "rules_test.yml"
+GATEWAY_RULES = ROOT / "deploy" / "prometheus" / "gateway_rules.yml"
+GATEWAY_RULES_TEST = ROOT / "deploy" / "prometheus" / "gateway_rules_test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "mavjet-fleet.json"
 
 
@@ -94,8 +97,8 @@ def test_exported_metrics() -> None:
     assert down["mavjet_monitor_up"] == [({}, 0.0)] and "mavjet_stream_bytes" not in down
 
 
-def rule_exprs() -> dict[str, str]:
-    doc = yamlsubset.loads(RULES.read_text())
+def rule_exprs(path: Path = RULES) -> dict[str, str]:
+    doc = yamlsubset.loads(path.read_text())
     rules = [r for g in doc["groups"] for r in g["rules"]]
     for r in rules:
         assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}, r
@@ -119,15 +122,59 @@ def test_rules_match_thresholds_and_exported_metrics() -> None:
     assert used and used <= names, used - names
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None,
-                    reason="promtool not installed (Debian package 'prometheus'); structure checked above")
+def find_promtool() -> str | None:
+    """On PATH, or next to this Python (CI unpacks it into the venv's bin without activating the venv)."""
+    beside = Path(sys.executable).parent / "promtool"  # not resolved: the venv's bin, not the base Python's
+    return shutil.which("promtool") or (str(beside) if os.access(beside, os.X_OK) else None)
+
+
+PROMTOOL = find_promtool()
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package 'prometheus'); structure checked above")
+
+
+@needs_promtool
 def test_promtool_check_and_unit_test_rules() -> None:
-    out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True,
+    assert PROMTOOL is not None
+    out = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS: 6 rules found" in out.stdout
-    out = subprocess.run(["promtool", "test", "rules", RULES_TEST.name], capture_output=True, text=True,
+    out = subprocess.run([PROMTOOL, "test", "rules", RULES_TEST.name], capture_output=True, text=True,
                          timeout=60, check=False, cwd=RULES_TEST.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+GATEWAY_ALERTS = {"MavjetVehicleLinkDown", "MavjetNatsUnreachable", "MavjetSpoolDropping", "MavjetGatewayLoopStalled",
+                  "MavjetNatsAuthErrors", "MavjetSigningRejected", "MavjetGatewayDown"}
+
+
+def test_gateway_rules_use_gateway_metrics() -> None:
+    exprs = rule_exprs(GATEWAY_RULES)
+    assert set(exprs) == GATEWAY_ALERTS
+    used = set(re.findall(r"\bmavjet_[a-z_]+", " ".join(exprs.values())))
+    assert used and used <= gateway_metric_names(), used - gateway_metric_names()
+    assert exprs["MavjetSpoolDropping"] == "rate(mavjet_spool_dropped_total[5m]) > 0"
+    # The loop-stall limit is the container HEALTHCHECK's.
+    containerfile = (ROOT / "deploy" / "container" / "Containerfile").read_text()
+    limit = re.search(r"mavjet_loop_last_tick_timestamp_seconds=(\d+)", containerfile)
+    assert limit and exprs["MavjetGatewayLoopStalled"].endswith(f"> {limit.group(1)}")
+    # Every alert has a unit test that sees it fire and one that sees it quiet.
+    tests = yamlsubset.loads(GATEWAY_RULES_TEST.read_text())["tests"]
+    cases = [c for t in tests for c in t["alert_rule_test"]]
+    assert {c["alertname"] for c in cases if c["exp_alerts"]} == GATEWAY_ALERTS
+    assert {c["alertname"] for c in cases if not c["exp_alerts"]} == GATEWAY_ALERTS
+
+
+@needs_promtool
+def test_promtool_gateway_rules() -> None:
+    assert PROMTOOL is not None
+    out = subprocess.run([PROMTOOL, "check", "rules", str(GATEWAY_RULES)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(GATEWAY_ALERTS)} rules found" in out.stdout
+    out = subprocess.run([PROMTOOL, "test", "rules", GATEWAY_RULES_TEST.name], capture_output=True, text=True,
+                         timeout=60, check=False, cwd=GATEWAY_RULES_TEST.parent)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -224,10 +271,12 @@ def gateway_metric_names() -> set[str]:
 
     gm = GatewayMetrics()
     gm.events.labels(type="armed").inc()
-    gm.publishes.labels(kind="evt", result="ok").inc()
-    gm.commands.labels(name="arm", result="accepted").inc()
+    gm.publishes.labels(kind="event", result="acked").inc()
+    gm.commands.labels(command="arm", result="accepted").inc()
+    gm.command_duration.labels(command="arm", result="accepted").observe(0.1)
     gm.errors.labels(where="x").inc()
     gm.publish_latency.labels(kind="evt").observe(0.01)
+    gm.spool_dropped.labels("info").inc()
     names = set(parse_metrics(generate_latest(gm.registry).decode()))
     # Per-link families are built at scrape time from live links: read their names from the source.
     src = (ROOT / "gateway" / "metrics.py").read_text()
@@ -262,3 +311,33 @@ def test_dashboard_uses_only_exported_metrics() -> None:
         mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not (cells & mine), p["title"]
         cells |= mine
+
+
+def vid_metric_names() -> set[str]:
+    """The gateway's series that carry a `vid` label (built at scrape time from live links: read from the source)."""
+    src = (ROOT / "gateway" / "metrics.py").read_text()
+    out = set()
+    for kind, name, labels in re.findall(
+            r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"[\s\S]{0,300}?labels=\[([^\]]*)\]', src):
+        if '"vid"' in labels:
+            out.add(name + "_total" if kind == "Counter" else name)
+    return out
+
+
+def test_dashboard_vid_variable_filters_every_vehicle_panel() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    vid = variables["vid"]
+    assert vid["type"] == "query" and vid["multi"] and vid["includeAll"] and vid["allValue"] == ".*"
+    assert vid["query"]["query"] == vid["definition"] == "label_values(mavjet_link_up, vid)"
+    per_vehicle = vid_metric_names()
+    assert {"mavjet_link_up", "mavjet_heartbeat_age_seconds", "mavjet_mavlink_crc_errors_total",
+            "mavjet_mavlink_lost_frames_total", "mavjet_mavlink_signing_rejected_total"} <= per_vehicle
+    filtered = 0
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            for name, selector in re.findall(r"\b(mavjet_[a-z_]+)(\{[^}]*\})?", t["expr"]):
+                if name.removesuffix("_bucket") in per_vehicle:
+                    assert 'vid=~"$vid"' in selector, (p["title"], t["expr"])
+                    filtered += 1
+    assert filtered >= 6
