@@ -12,6 +12,7 @@ BENCHMARKS = {
     "shadow": "benchmarks.shadow",
     "replay": "benchmarks.replay",
     "mixed": "benchmarks.mixed",
+    "consumers": "benchmarks.consumers",
     "compare": "benchmarks.compare",
 }
 
