@@ -193,8 +193,9 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             prog.stage("flights")
             fl = keep(jobs.flights(events))
             write(fl, "flights")
-            summary["flights"] = fl.count()
-            summary["flights_complete"] = fl.where("complete").count()
+            n_fl = fl.agg(F.count("*").alias("n"), F.count(F.when(F.col("complete"), 1)).alias("done")).first()
+            assert n_fl is not None  # an aggregate without groups has one row
+            summary["flights"], summary["flights_complete"] = n_fl["n"], n_fl["done"]
             per_vid = fl.groupBy("vid").count().orderBy(F.desc("count"), "vid").limit(30).collect()
             rd.flights_per_vehicle = [(r["vid"], float(r["count"])) for r in per_vid]
             t0 = timings.mark("flights", t0)

@@ -3,8 +3,8 @@
 `mavjet auth init DIR --env ENV --vehicle VID ... [--gateway NAME=VID,VID ...]`
 writes `DIR/auth.conf` (a nats-server fragment to `include`: operator JWT,
 memory resolver preloaded with the account JWTs) and `DIR/creds/*.creds`.
-`mavjet auth add-vehicle DIR VID` issues one more vehicle credential with the
-account signing key kept in `DIR/keys/`, so `auth.conf` and every credential
+`mavjet auth add-vehicle DIR VID` (and `add-gateway DIR NAME=VID,VID`) issues
+one more credential with the account signing key kept in `DIR/keys/`, so `auth.conf` and every credential
 already issued stay valid (no server reload needed).
 
 The matrix (docs/security.md) is enforced by the server: each user JWT
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from gateway.ops.auth_jwt import (
     user_jwt,
     write_secret,
 )
+from gateway.ops.runner import run_cli
 
 API = "$JS.API"
 KV_STREAM = f"KV_{SHADOW_BUCKET}"
@@ -248,6 +248,19 @@ def add_vehicle(d: Path, vid: str) -> Path:
     return path
 
 
+def add_gateway(d: Path, name: str, vids: list[str]) -> Path:
+    """A (new) hub gateway credential for `vids`; an older credential of the same name stays valid until --force."""
+    data, signing = _load(d)
+    name = _name("gateway", name)
+    vids = [_name("vid", v) for v in vids]
+    path = _issue(d, signing, str(data["account"]), name, vehicle_permissions(name, str(data["env"]), vids))
+    gateways = dict(data.get("gateways", {}) or {})  # type: ignore[call-overload]
+    gateways[name] = vids
+    data["gateways"] = gateways
+    (d / MANIFEST).write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
 def _gateway_arg(text: str) -> tuple[str, list[str]]:
     name, sep, vids = text.partition("=")
     if not sep or not name or not vids:
@@ -255,8 +268,8 @@ def _gateway_arg(text: str) -> tuple[str, list[str]]:
     return name, [v.strip() for v in vids.split(",") if v.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="mavjet auth", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet auth", description=(__doc__ or "").split("\n\n")[0])
     sub = p.add_subparsers(dest="action", required=True)
     pi = sub.add_parser("init", help="new operator, account and credentials in DIR")
     pi.add_argument("dir", type=Path)
@@ -267,16 +280,24 @@ def main(argv: list[str] | None = None) -> int:
     pa = sub.add_parser("add-vehicle", help="one more vehicle credential; the others stay valid")
     pa.add_argument("dir", type=Path)
     pa.add_argument("vid")
-    args = p.parse_args(argv)
-    try:
-        if args.action == "init":
-            written = init(args.dir, env=args.env, vehicles=list(args.vehicle),
-                           gateways=dict(args.gateway), force=args.force)
-            for path in written:
-                print(path)
-        else:
-            print(add_vehicle(args.dir, args.vid))
-    except ConfigError as exc:
-        print(f"mavjet auth: {exc}", file=sys.stderr)
-        return 2
+    pg = sub.add_parser("add-gateway", help="a hub gateway credential for NAME=VID,VID (the others stay valid)")
+    pg.add_argument("dir", type=Path)
+    pg.add_argument("gateway", type=_gateway_arg, metavar="NAME=VID,VID")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the paths written, never a key."""
+    if args.action == "init":
+        for path in init(args.dir, env=args.env, vehicles=list(args.vehicle), gateways=dict(args.gateway),
+                         force=args.force):
+            print(path)
+    elif args.action == "add-gateway":
+        print(add_gateway(args.dir, *args.gateway))
+    else:
+        print(add_vehicle(args.dir, args.vid))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_cli(build_parser(), run, argv, errors=(OSError,))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 from xml.etree import ElementTree
 
 import msgpack
@@ -140,8 +141,9 @@ def test_report_is_self_contained_html_with_svg() -> None:
 
 
 def test_typed_only_decoding_leaves_data_null_and_the_rest_equal() -> None:
-    payload = pack("VID-1", T0_NS, {"mode": "AUTO", "lat_deg": 47.5, "seq": 3, "name": "arm", "armed": True,
-                                    "battery_pct": 7, "severity": True, "unknown_key": 1, 5: "int key"})
+    data: dict[Any, Any] = {"mode": "AUTO", "lat_deg": 47.5, "seq": 3, "name": "arm", "armed": True,
+                            "battery_pct": 7, "severity": True, "unknown_key": 1, 5: "int key"}
+    payload = pack("VID-1", T0_NS, data)
     full, typed = Columns(), Columns(with_data=False)
     full.add("S", 1, "fleet.t.veh.VID-1.evt.statustext", payload)
     typed.add("S", 1, "fleet.t.veh.VID-1.evt.statustext", payload)

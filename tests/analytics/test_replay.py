@@ -39,6 +39,9 @@ def local_out(spark: Any, history: History, tmp_path_factory: pytest.TempPathFac
     return out, run_replay(spark, cfg)
 
 
+# The limit covers the module's fixtures (history + a local replay running
+# every job: ~25 Spark actions, 1-2 s each on a loaded 2-core machine).
+@pytest.mark.timeout(300)
 def test_replay_writes_parquet_summary_and_report(local_out: tuple[Path, dict[str, Any]], history: History, spark: Any) -> None:
     out, summary = local_out
     truth = history.truth
@@ -57,6 +60,7 @@ def test_replay_writes_parquet_summary_and_report(local_out: tuple[Path, dict[st
     assert f"{top_vid}: {top_n:,}" in page  # the flights-per-vehicle chart shows the real count
 
 
+@pytest.mark.timeout(300)
 def test_replay_writes_kpis_chains_and_flight_pages(local_out: tuple[Path, dict[str, Any]], history: History) -> None:
     from tests.analytics.test_flightreport import outline
 

@@ -71,6 +71,16 @@ async def test_add_vehicle_keeps_the_others_valid(hub: Secured) -> None:
     finally:
         await v5.close()
         await v1.close()
+    # A hub gateway's vehicle list changes: a new credential of the same name.
+    assert auth.main(["add-gateway", str(hub.dir), "hub=VID-003,VID-006"]) == 0
+    gw = await hub.connect("hub")
+    try:
+        await gw.jetstream(timeout=JS_TIMEOUT_S).publish(state_subject(ENV, "VID-006", "link"), envelope.pack("VID-006", 10**9, {}))
+        clean(gw)
+        gone = state_subject(ENV, "VID-004", "link")
+        await refused(gw, gone, lambda: gw.publish(gone, b""))
+    finally:
+        await gw.close()
 
 
 async def test_operator_tools_work_with_role_credentials(hub: Secured, capsys: pytest.CaptureFixture[str]) -> None:

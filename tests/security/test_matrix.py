@@ -315,3 +315,25 @@ async def test_unknown_identity_is_refused(secured: Secured) -> None:
         with anyio.fail_after(5):
             reply = await s.receive()
     assert b"-ERR 'Authorization Violation'" in reply
+
+
+async def test_analytics_source_reads_the_audit_trail_with_its_credential(hub: Secured) -> None:
+    """The Spark source's reader (analytics/natsread.py) under analytics.creds: range, time cut, rows."""
+    from analytics.natsread import iter_range
+    from analytics.natsread import run as resolve
+    from analytics.options import SourceOptions
+
+    admin = await hub.connect("admin")
+    try:
+        for vid in ("VID-001", "VID-002"):
+            await admin.jetstream().publish(event_subject(ENV, vid, "armed"), _event(vid, "armed"))
+    finally:
+        await admin.close()
+    opts = SourceOptions(url=hub.server.url, creds=hub.creds("analytics"), start_time_us=1, timeout_s=10.0)
+
+    def read() -> int:
+        lo, hi = resolve(opts)
+        return sum(len(batch[0]) for batch in iter_range(opts, lo, hi))
+
+    assert await anyio.to_thread.run_sync(read) == 2
+    assert "Violation" not in hub.log()
