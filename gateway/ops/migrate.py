@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from gateway.contract import natsconn
-from gateway.contract.subjects import CMD_STREAM
+from gateway.contract.subjects import CMD_STREAM, check_token
 from gateway.ops.backup import BackupError, api_request, list_streams
 from gateway.ops.health import is_twin_stream
 from gateway.ops.runner import run_cli
@@ -149,7 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="source", required=True, help="source server URL(s), comma-separated")
     p.add_argument("--to", dest="target", help="target server URL(s) (all steps but remove)")
     p.add_argument("--from-domain", help="the source's JetStream domain, as the target reaches it")
-    p.add_argument("--creds", help="credentials file for both sides")
+    p.add_argument("--creds", help="credentials file for both sides (or --from-creds / --to-creds)")
+    p.add_argument("--from-creds", help="credentials file for the source")
+    p.add_argument("--to-creds", help="credentials file for the target")
+    p.add_argument("--tls-ca", help="CA bundle to verify both sides' servers")
+    p.add_argument("--tls-cert", help="client certificate (with --tls-key), both sides")
+    p.add_argument("--tls-key", help="client key (with --tls-cert), both sides")
+    p.add_argument("--env", default=os.environ.get("MAVJET_ENV", "prod"),
+                   help="fleet environment, as every command takes it; the TWIN_* streams hold every environment, so all move together (default: $MAVJET_ENV or prod)")
     p.add_argument("--streams", help="comma-separated stream names (default: the TWIN_* streams)")
     p.add_argument("--wait", type=float, default=0.0, help="status: wait up to this many seconds for sync")
     p.add_argument("--yes", action="store_true", help="remove: really delete the original streams")
@@ -159,11 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
 async def run(args: argparse.Namespace) -> int:
     streams = [s.strip() for s in args.streams.split(",") if s.strip()] if args.streams else None
 
-    def opts(urls: str, name: str) -> natsconn.NatsOptions:
-        return natsconn.NatsOptions(servers=tuple(u.strip() for u in urls.split(",") if u.strip()),
-                                    creds_file=args.creds, name=name)
+    check_token("env", args.env)
 
-    src = await natsconn.connect_once(opts(args.source, "mavjet-migrate-source"))
+    def opts(urls: str, name: str, creds: str | None) -> natsconn.NatsOptions:
+        return natsconn.NatsOptions(servers=tuple(u.strip() for u in urls.split(",") if u.strip()),
+                                    creds_file=creds or args.creds, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                                    tls_key=args.tls_key, name=name)
+
+    src = await natsconn.connect_once(opts(args.source, "mavjet-migrate-source", args.from_creds))
     dst = None
     try:
         if args.step == "remove":
@@ -176,7 +187,7 @@ async def run(args: argparse.Namespace) -> int:
         if not args.target:
             print(f"mavjet migrate {args.step}: --to is required", file=sys.stderr)
             return 2
-        dst = await natsconn.connect_once(opts(args.target, "mavjet-migrate-target"))
+        dst = await natsconn.connect_once(opts(args.target, "mavjet-migrate-target", args.to_creds))
         if args.step == "mirror":
             for n in await create_mirrors(src, dst, source_domain=args.from_domain, streams=streams):
                 print(f"mirroring {n}")
