@@ -9,6 +9,14 @@ A row is `stale` (never `up` or `ARMED`) when its newest vehicle sample is
 older than `--stale-after` or its gateway stopped publishing its liveness
 record (`gateway.ops.read.staleness`). `--once` prints the current table and
 exits.
+
+The live view fits its terminal (80x24 is the smallest it plans for): the
+position column goes first when the width is short, long cells and event
+lines are cut to the width, and when the rows do not fit the height the table
+keeps as many as fit and says how many more there are. `--vid` filters by glob.
+The event feed shows what an operator acts on: every event but successful
+command results (the `cmd_result` of a failed, rejected or expired command
+stays); `--all-events` shows everything.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import fnmatch
+import shutil
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,18 +48,33 @@ from gateway.ops.read import (
 )
 from gateway.ops.runner import run_cli
 
+# A command that ended well is the operator's own doing, not news; anything else is.
+QUIET_RESULTS = frozenset({"accepted"})
+
+
+def operator_cares(r: Record) -> bool:
+    return not (r.kind == "cmd_result" and r.data.get("result") in QUIET_RESULTS)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
 
 @dataclass(slots=True)
 class FleetView:
     state: dict[tuple[str, str], Record] = field(default_factory=dict)
     events: deque[Record] = field(default_factory=lambda: deque(maxlen=12))
     stale_after_s: float = STALE_AFTER_S
+    vid_glob: str = "*"
+    all_events: bool = False
 
     def on_state(self, r: Record) -> None:
-        self.state[(r.vid, r.kind)] = r
+        if fnmatch.fnmatchcase(r.vid, self.vid_glob):
+            self.state[(r.vid, r.kind)] = r
 
     def on_event(self, r: Record) -> None:
-        self.events.append(r)
+        if fnmatch.fnmatchcase(r.vid, self.vid_glob) and (self.all_events or operator_cares(r)):
+            self.events.append(r)
 
     def vehicles(self) -> list[str]:
         return sorted({vid for vid, _ in self.state})
@@ -84,18 +109,36 @@ class FleetView:
             ])
         return rows
 
-    def render(self, now: dt.datetime, title: str = "") -> str:
+    def render(self, now: dt.datetime, title: str = "", *, width: int | None = None, height: int | None = None) -> str:
+        """The table and the feed; with `width`/`height` (a terminal's), cut to fit them."""
         head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "AGE"]
         rows = self.rows(now)
+        if width is not None and width < 100:
+            # The position is the first to go: the other columns are what a glance needs.
+            head = head[:3] + head[4:]
+            rows = [r[:3] + r[4:] for r in rows]
+        if width is not None:
+            rows = [[_cut(c, 14) for c in r] for r in rows]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
         lines = [title] if title else []
-        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
+        table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        feed = [format_event(e) for e in self.events] or ["(none yet)"]
+        if height is not None:
+            # Title, header, blank, EVENTS heading and at least 3 feed lines are kept.
+            room = max(1, height - len(lines) - 2 - min(len(feed), 3))
+            if len(table) > room:
+                hidden = len(table) - (room - 1)
+                table = [*table[: room - 1], f"… {hidden} more (--vid GLOB to filter)"]
+            feed = feed[-max(1, height - len(lines) - len(table) - 2):]
+        lines += table
         if not rows:
             lines.append("(no vehicles yet)")
         lines.append("")
         lines.append("EVENTS")
-        lines += [format_event(e) for e in self.events] or ["(none yet)"]
+        lines += feed
+        if width is not None:
+            lines = [_cut(line, width) for line in lines]
         return "\n".join(lines)
 
 
@@ -122,10 +165,11 @@ async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 
     return subs
 
 
-async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S) -> FleetView:
+async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*",
+                   all_events: bool = False) -> FleetView:
     """The fleet's current state and last events, read once (bounded; no subscription left behind)."""
     js = nc.jetstream()
-    view = FleetView(stale_after_s=stale_after_s)
+    view = FleetView(stale_after_s=stale_after_s, vid_glob=vid_glob, all_events=all_events)
     for r in (await current_state(js, env)).values():
         view.on_state(r)
     since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
@@ -135,8 +179,8 @@ async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S
 
 
 async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | None, clear: bool,
-               stale_after_s: float = STALE_AFTER_S) -> FleetView:
-    view = FleetView(stale_after_s=stale_after_s)
+               stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*", all_events: bool = False) -> FleetView:
+    view = FleetView(stale_after_s=stale_after_s, vid_glob=vid_glob, all_events=all_events)
     subs = await follow(nc, env, view)
     loop = asyncio.get_running_loop()
     end = None if duration_s is None else loop.time() + duration_s
@@ -144,7 +188,9 @@ async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | No
         while True:
             await asyncio.sleep(refresh_s)
             now = dt.datetime.now(dt.UTC)
-            text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)")
+            size = shutil.get_terminal_size((80, 24))
+            fit = {"width": size.columns, "height": size.lines - 1} if clear else {}
+            text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)", **fit)
             if clear:
                 sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
             else:
@@ -163,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
     p.add_argument("--once", action="store_true", help="print the current table once and exit (scripts, tests)")
+    p.add_argument("--vid", default="*", metavar="GLOB", help="only vehicles whose id matches, e.g. 'VID-01*'")
+    p.add_argument("--all-events", action="store_true",
+                   help="show every event (default: all but successful command results)")
     p.add_argument("--stale-after", default=f"{STALE_AFTER_S:g}s", type=parse_duration_s, metavar="DURATION",
                    help="mark a vehicle stale when its newest sample is older than this (default: %(default)s)")
     natsconn.add_nats_arguments(p)
@@ -174,13 +223,15 @@ async def run(args: argparse.Namespace) -> int:
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-fleet"))
     try:
         if args.once:
-            view = await snapshot(nc, args.env, stale_after_s=stale_after_s)
+            view = await snapshot(nc, args.env, stale_after_s=stale_after_s, vid_glob=args.vid,
+                                  all_events=args.all_events)
             now = dt.datetime.now(dt.UTC)
             print(view.render(now, f"mavjet fleet — env {args.env} — {now:%H:%M:%S}Z"))
             return 0
         await show(nc, args.env, refresh_s=parse_duration_s(args.refresh),
                    duration_s=parse_duration_s(args.duration) if args.duration else None,
-                   clear=not args.no_clear and sys.stdout.isatty(), stale_after_s=stale_after_s)
+                   clear=not args.no_clear and sys.stdout.isatty(), stale_after_s=stale_after_s,
+                   vid_glob=args.vid, all_events=args.all_events)
     finally:
         await nc.close()
     return 0
