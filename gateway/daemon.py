@@ -212,8 +212,9 @@ def with_services(gw: Gateway, *, commands: bool = True, shadow: bool = True) ->
     """Add the command executor (TWIN_CMD) and the shadow reconciler (TWIN_SHADOW)."""
     if commands:
         from gateway.commands.consumer import CommandService
+        from gateway.commands.logs import LogDownloadService
 
-        gw.services.append(CommandService())
+        gw.services.extend([CommandService(), LogDownloadService()])
     if shadow:
         from gateway.shadow.service import ShadowService
 

@@ -46,10 +46,12 @@ NATS_AUTH_REASONS = ("authorization", "permissions")
 
 def nats_auth_reason(exc: BaseException) -> str | None:
     """`authorization` (credentials refused), `permissions` (a subject refused) or None for other NATS errors."""
-    if isinstance(exc, nats_errors.AuthorizationError):
+    # nats-py raises AuthorizationError for some refusals and a plain Error carrying the server's
+    # `-ERR 'Authorization Violation'` / `'Permissions Violation for ...'` text for others (connect, publish).
+    text = str(exc).lower()
+    if isinstance(exc, nats_errors.AuthorizationError) or "authorization violation" in text:
         return "authorization"
-    # nats-py reports a server `-ERR 'Permissions Violation ...'` as a plain Error with that text.
-    if "permissions violation" in str(exc).lower():
+    if "permissions violation" in text:
         return "permissions"
     return None
 

@@ -27,6 +27,7 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from sim import encoder as enc
 from sim import geo, params, streams
+from sim.logs import DISARM_TEXT, LogServer, default_logs
 from sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
 from sim.modes import Mode, SimFlavour, px4_custom
 from sim.terrain import TerrainServer
@@ -160,6 +161,7 @@ class VehicleModel:
         self.params: dict[str, float] = params.defaults(opts.sysid)
         self.missions = MissionServer(ardupilot=opts.flavour.name == "ardupilot")
         self.terrain = TerrainServer()  # terrain grids wanted by terrain-frame items (TERRAIN_REQUEST)
+        self.logs = LogServer(default_logs(opts.sysid))  # dataflash logs served by the log protocol
         self.schedule = streams.Schedule()
         self.out: list[Any] = []
         self.executions: list[ExecutedCommand] = []
@@ -427,6 +429,20 @@ class VehicleModel:
 
     def _on_mission_ack(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         return None  # ends a download; nothing is tracked for downloads
+
+    def _on_log_message(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+        if self.armed:  # ArduPilot: one STATUSTEXT, then silence until disarmed
+            if self.logs.warn_armed(True):
+                self._text(3, DISARM_TEXT)
+            return
+        self.logs.warn_armed(False)
+        mtype = msg.get_type()
+        if mtype == "LOG_REQUEST_LIST":
+            self.out.extend(self.logs.on_request_list(msg))
+        elif mtype == "LOG_REQUEST_DATA":
+            self.out.extend(self.logs.on_request_data(msg))
+        else:
+            self.out.extend(self.logs.on_request_end())
 
     def _on_terrain_data(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         self.terrain.on_data(msg)
@@ -819,6 +835,8 @@ class VehicleModel:
             if self.now >= self.schedule.next_due:
                 for msg_id in self.schedule.due(self.now):
                     self._emit(msg_id)
+        if self.logs.active:  # a log transfer streams a burst per tick (paused while armed)
+            self.out.extend(self.logs.poll(armed=self.armed))
         self._flush_after_ack()  # an arm refused outside a command (the built-in sortie)
 
     def _checks(self) -> None:
@@ -1409,6 +1427,9 @@ _HANDLERS: Final[dict[str, Any]] = {
     "MISSION_SET_CURRENT": VehicleModel._on_mission_set_current,
     "MISSION_ACK": VehicleModel._on_mission_ack,
     "TERRAIN_DATA": VehicleModel._on_terrain_data,
+    "LOG_REQUEST_LIST": VehicleModel._on_log_message,
+    "LOG_REQUEST_DATA": VehicleModel._on_log_message,
+    "LOG_REQUEST_END": VehicleModel._on_log_message,
 }
 
 _P_GPI: Final = enc.GLOBAL_POSITION_INT

@@ -40,6 +40,15 @@ from drivers.mavlink.command import CommandOutcome, CommandResult
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.fence import Geofence
 from drivers.mavlink.link import LinkState, MavlinkLink
+from drivers.mavlink.logs import (
+    DEFAULT_LOG_CONFIG,
+    LogConfig,
+    LogEntry,
+    LogList,
+    LogSink,
+    LogWindow,
+    request_end,
+)
 from drivers.mavlink.mission import MISSION, MissionItem
 from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
 from drivers.mavlink.params import ParamValue
@@ -50,6 +59,8 @@ __all__ = ["FlightState", "LinkHealth", "Session", "VehicleSession"]
 
 # A request/reply keeps a listener open for the reply; replies are rare, the buffer only has to ride out a burst.
 _REPLY_BUFFER = 512
+# A log window's burst (256 LOG_DATA) plus the telemetry interleaved with it.
+_LOG_BUFFER = 4096
 
 
 class FlightState(Protocol):
@@ -194,6 +205,13 @@ class Session(Protocol):
     async def autopilot_version(
         self, *, wait_s: float, config: ProtocolConfig | None = None
     ) -> dict[str, Any] | None: ...
+
+    # -- flight logs --------------------------------------------------------
+    async def list_logs(self, *, config: LogConfig = DEFAULT_LOG_CONFIG) -> list[LogEntry]: ...
+
+    async def download_log(
+        self, log_id: int, size_bytes: int, sink: LogSink, *, offset: int = 0, config: LogConfig = DEFAULT_LOG_CONFIG
+    ) -> int: ...
 
 
 class VehicleSession:
@@ -461,6 +479,49 @@ class VehicleSession:
             "AUTOPILOT_VERSION", wait_s=wait_s, config=config,
         )  # fmt: skip
         return None if msg is None else autopilot_version_fields(msg)
+
+    # -- flight logs (the transfer lock is held per window, never for a whole log) --
+    async def list_logs(self, *, config: LogConfig = DEFAULT_LOG_CONFIG) -> list[LogEntry]:
+        """Every log the autopilot holds (LOG_REQUEST_LIST); raises LogTimeout."""
+        machine = LogList(target_system=runner.target_system_of(self.link),
+                          target_component=self.target_component, config=config)
+        async with self._transfer_lock, self.link.listen(_LOG_BUFFER) as rx:
+            await runner.drive(self.link, machine, rx)
+            await self.link.send(request_end(machine.target_system, machine.target_component))
+        if machine.error is not None:
+            raise machine.error
+        return machine.result
+
+    async def download_log(
+        self, log_id: int, size_bytes: int, sink: LogSink, *, offset: int = 0, config: LogConfig = DEFAULT_LOG_CONFIG
+    ) -> int:
+        """Bytes [offset, size_bytes) of a log, in order, into `sink`; returns the offset reached.
+
+        One window at a time under the transfer lock, released in between (a
+        mission transfer waits one window at most; commands never wait for
+        it). A window that times out raises LogTimeout whose `offset_bytes`
+        is where a later call resumes; everything before it reached `sink`.
+        """
+        sysid, compid = runner.target_system_of(self.link), self.target_component
+        try:
+            while offset < size_bytes:
+                window = LogWindow(log_id=log_id, offset=offset, count=min(config.window_bytes, size_bytes - offset),
+                                   target_system=sysid, target_component=compid, config=config)
+                async with self._transfer_lock, self.link.listen(_LOG_BUFFER) as rx:
+                    await runner.drive(self.link, window, rx)
+                data = window.contiguous()
+                if data:
+                    await sink(offset, data)  # may wait (a download paused while armed): outside the lock
+                    offset += len(data)
+                if window.error is not None:
+                    raise window.error
+                if window.eof_offset is not None and offset >= window.eof_offset:
+                    break  # shorter than its LOG_ENTRY said
+        finally:
+            if self.link.is_up:
+                with anyio.CancelScope(shield=True):
+                    await self.link.send(request_end(sysid, compid))
+        return offset
 
 
 def _conforms(session: VehicleSession) -> Session:

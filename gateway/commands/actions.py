@@ -22,12 +22,14 @@ from drivers.mavlink import autopilot
 from drivers.mavlink.command import CommandResult as MavCommandResult
 from drivers.mavlink.command import mav_result_name
 from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.logs import LogError
 from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
 from drivers.mavlink.modes import ModeTable, UnknownMode
 from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
 from drivers.mavlink.plan import PlanError
 from drivers.mavlink.transfers import MissionMismatch
 from gateway.blobs import BlobError, BlobFailure, fetch_plan
+from gateway.commands.logs import STARTED, started_data
 from gateway.contract.commands import CmdResult, Command, CommandInvalid
 from gateway.contract.errors import LinkError
 from gateway.contract.subjects import BLOBS_BUCKET
@@ -223,6 +225,23 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
                    extra=uploaded)
 
 
+async def log_download(cmd: Command, ctx: ActionContext) -> Outcome:
+    """Find the log and start its download (gateway.commands.logs runs it): accepted means started."""
+    wanted = str(cmd.params.get("log") or "latest")
+    entries = await ctx.vehicle.session.list_logs()
+    if not entries:
+        return Outcome(result=CmdResult.REJECTED, detail="log_download: the vehicle holds no logs", attempts=1)
+    found = entries[-1] if wanted == "latest" else next((e for e in entries if e.log_id == int(wanted)), None)
+    if found is None:
+        ids = ", ".join(str(e.log_id) for e in entries)
+        return Outcome(result=CmdResult.REJECTED, detail=f"log_download: no log {wanted} (the vehicle has {ids})",
+                       attempts=1)
+    data = started_data(ctx.vehicle.vid, found)
+    ctx.vehicle.emit(STARTED, **data)
+    return Outcome(result=CmdResult.ACCEPTED, attempts=1, extra=data,
+                   detail=f"log {found.log_id} ({found.size_bytes} bytes) downloading into {data['object']}")
+
+
 FENCE_ENABLE = "FENCE_ENABLE"
 
 
@@ -266,5 +285,7 @@ async def run_action(action: Action, cmd: Command, ctx: ActionContext) -> Outcom
         return no_answer(ctx, str(exc), exc.retries + 1)
     except MissionMismatch as exc:
         return Outcome(result=CmdResult.FAILED, detail=str(exc), attempts=1)
+    except LogError as exc:
+        return no_answer(ctx, str(exc), getattr(exc, "attempts", 1))
     except CommandInvalid as exc:
         return Outcome(result=CmdResult.INVALID, detail=exc.reason)

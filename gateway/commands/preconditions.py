@@ -93,5 +93,13 @@ def reboot_failure(cmd: Command, state: LiveState) -> str | None:
     return "reboot needs the vehicle disarmed" if state.armed else "reboot needs a known disarmed state"
 
 
+def log_download_failure(cmd: Command, state: LiveState) -> str | None:
+    # ArduPilot answers "Disarm for log download" and sends nothing while armed.
+    if state.armed is False:
+        return None
+    why = "the vehicle is armed" if state.armed else "its armed state is unknown"
+    return f"log_download needs the vehicle disarmed ({why}; the autopilot sends no log data while armed)"
+
+
 def no_precondition(cmd: Command, state: LiveState) -> str | None:
     return None

@@ -19,6 +19,7 @@ from gateway.commands.actions import (
     Action,
     MavAction,
     MavCommand,
+    log_download,
     mission_clear,
     mission_upload,
     param_get,
@@ -30,6 +31,7 @@ from gateway.commands.preconditions import (
     check_mode,
     failsafe_refusal,
     goto_failure,
+    log_download_failure,
     no_precondition,
     reboot_failure,
     takeoff_failure,
@@ -172,6 +174,9 @@ _DEFS = (
         wire=_W[_N.REBOOT], flight_state=True, precondition=reboot_failure,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN, params=(1.0,))),
     ),
+    # Accepted once started; the download runs beside the command queue (gateway.commands.logs).
+    CommandDef(wire=_W[_N.LOG_DOWNLOAD], precondition=log_download_failure, action=log_download,
+               recovery=Recovery(observe=no_effect, resend=True, rule="starting a download again is harmless")),
 )
 
 COMMANDS: dict[str, CommandDef] = {d.name: d for d in _DEFS}

@@ -70,6 +70,7 @@ class CommandName(StrEnum):
     MISSION_CLEAR = "mission_clear"
     MISSION_START = "mission_start"
     REBOOT = "reboot"
+    LOG_DOWNLOAD = "log_download"
 
 
 class CmdResult(StrEnum):
@@ -184,6 +185,11 @@ OBJECT = ParamSpec(
     name="object", kind=str, pattern=OBJECT_NAME, pattern_text="an object name in TWIN_BLOBS (e.g. missions/survey.plan)"
 )
 
+LOG_ID = ParamSpec(
+    name="log", kind=str, required=False, default="latest", pattern=re.compile(r"^(latest|[1-9][0-9]{0,4})$"),
+    pattern_text="a log id (1-65535) or latest",
+)
+
 
 # ---------------------------------------------------------------------------
 # the catalogue (wire side)
@@ -229,6 +235,9 @@ CATALOGUE: dict[str, CommandSpec] = {
         CommandSpec(name=_N.MISSION_CLEAR, summary="clear the vehicle's mission"),
         CommandSpec(name=_N.MISSION_START, summary="start the uploaded mission (AUTO)"),
         CommandSpec(name=_N.REBOOT, summary="reboot the autopilot (only when disarmed)"),
+        CommandSpec(name=_N.LOG_DOWNLOAD,
+                    summary="download a dataflash log into TWIN_BLOBS logs/<vid>/ (only when disarmed; runs in the background)",
+                    params=(LOG_ID,)),
     )
 }
 

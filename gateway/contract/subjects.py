@@ -23,6 +23,7 @@ EVENT_TYPES = frozenset(
         "statustext", "mission_item_reached", "mission_uploaded", "geofence_breach",
         "link_lost", "link_restored", "gps_fix_changed", "home_set", "cmd_result",
         "shadow_converged", "shadow_failed", "gateway_started", "gateway_stopped", "events_suppressed",
+        "log_download_started", "log_download_progress", "log_downloaded", "log_download_failed",
     }
 )
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
 from urllib.request import urlopen
 
+import anyio
 import anyio.to_thread
 from nats import errors as nats_errors
 from nats.aio.client import Client
@@ -18,7 +20,7 @@ from gateway.commands.consumer import CommandService
 from gateway.daemon import Gateway
 from gateway.metrics import GatewayMetrics, nats_auth_reason
 from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer
+from gateway.ops.natsserver import NatsServer, free_port
 from sim.fleet import SimConfig, SimFleet
 from tests.support import wait_for
 from tests.support.commands import TEST_COMMANDS, ready_to_fly
@@ -61,6 +63,8 @@ def test_build_info_and_no_created_series() -> None:
 
 def test_nats_auth_errors_are_counted_apart() -> None:
     assert nats_auth_reason(nats_errors.AuthorizationError()) == "authorization"
+    # What nats-py's error callback gets when a server refuses the credentials at connect.
+    assert nats_auth_reason(nats_errors.Error("nats: 'Authorization Violation'")) == "authorization"
     perm = nats_errors.Error("nats: 'Permissions Violation for Publish to \"fleet.prod.veh.X.state.position\"'")
     assert nats_auth_reason(perm) == "permissions"
     assert nats_auth_reason(nats_errors.Error("nats: 'Slow Consumer'")) is None
@@ -145,3 +149,23 @@ def test_operations_doc_lists_every_gateway_metric() -> None:
     section = doc.split("## Gateway metrics", 1)[1].split("Renamed in this release", 1)[0]
     documented = set(re.findall(r"`(mavjet_[a-z_]+)`", section))
     assert documented == exported, (documented - exported, exported - documented)
+
+
+async def test_refused_credentials_are_counted(tmp_path: Path) -> None:
+    srv = NatsServer(store_dir=str(tmp_path / "js"), log_file=str(tmp_path / "nats.log"),
+                     extra_args=["--user", "alice", "--pass", "right-password"])
+    srv.start()
+    try:
+        url = f"nats://alice:wrong-password@{srv.host}:{srv.port}"
+        cfg = gateway_config(url, [f"tcp:127.0.0.1:{free_port()}"], tmp_path / "state")
+        gw = Gateway(dataclasses.replace(cfg, startup_timeout_s=1.0))  # it never gets NATS: don't wait 10 s for it
+        value = gw.metrics.registry.get_sample_value
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gw.run)
+            await wait_for(lambda: (value("mavjet_nats_auth_errors_total", {"reason": "authorization"}) or 0) >= 1,
+                           timeout_s=20)
+            gw.request_stop("test done")
+        assert value("mavjet_nats_connected") == 0.0
+        assert value("mavjet_nats_auth_errors_total", {"reason": "permissions"}) == 0.0
+    finally:
+        srv.cleanup()

@@ -1,7 +1,7 @@
 """The vehicles a scenario runs against: the simulator (`sim/`) always, a real ArduCopter SITL when one is at hand.
 
-A peer is an async context manager that yields the MAVLink endpoints of `n`
-fresh vehicles. The SITL peer starts `n` instances of the binary named by
+A peer's `start` is an async context manager that yields a `Site`: the MAVLink
+endpoints (SERIAL0) of `n` fresh vehicles, and more ports of each on demand. The SITL peer starts `n` instances of the binary named by
 ARDUCOPTER_BIN through the `run-copter` script of the shared SITL kit that
 sits beside the repository (fresh eeprom, no dataflash logs), each in its own
 working dir under the test's tmp dir, and stops them with SIGTERM.
@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,17 +44,30 @@ def sitl_missing() -> str | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Site:
+    """The vehicles of one scenario: `endpoints[k]` is vehicle k's SERIAL0."""
+
+    endpoints: list[str]
+    # serial(k, link_id): the endpoint of vehicle k's SERIAL<link_id> (a single client each, as on SITL).
+    serial: Callable[[int, int], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Peer:
     name: str  # "sim" or "sitl"
-    start: Callable[[int, Path], AbstractAsyncContextManager[list[str]]]
+    start: Callable[[int, Path], AbstractAsyncContextManager[Site]]
     # Wall seconds for the autopilot to become armable after its start (SITL: EKF on GPS after ~40 s of its time).
     armable_within_s: float
 
 
 @asynccontextmanager
-async def sim_vehicles(n: int, tmp: Path) -> AsyncIterator[list[str]]:
+async def sim_vehicles(n: int, tmp: Path) -> AsyncIterator[Site]:
     async with SimFleet(SimConfig(vehicles=n, base_port=0, speedup=SPEEDUP)) as fleet:
-        yield list(fleet.endpoints)
+
+        async def serial(k: int, link_id: int) -> str:
+            return await fleet.vehicles[k].listen_serial(link_id)
+
+        yield Site(endpoints=list(fleet.endpoints), serial=serial)
 
 
 def _spawn(inst: int, tmp: Path) -> subprocess.Popen[bytes]:
@@ -85,12 +98,18 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 @asynccontextmanager
-async def sitl_vehicles(n: int, tmp: Path) -> AsyncIterator[list[str]]:
+async def sitl_vehicles(n: int, tmp: Path) -> AsyncIterator[Site]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         await anyio.to_thread.run_sync(_spawn_all, n, tmp, procs)
         # SITL's clock starts when the gateway connects; the gateway retries until the port listens.
-        yield [f"tcp:127.0.0.1:{5760 + 10 * (FIRST_INSTANCE + k)}" for k in range(n)]
+        base = [5760 + 10 * (FIRST_INSTANCE + k) for k in range(n)]
+
+        async def serial(k: int, link_id: int) -> str:
+            assert link_id in (1, 2), "SITL listens on SERIAL0..2 (TCP 5760, 5762, 5763 + 10 N)"
+            return f"tcp:127.0.0.1:{base[k] + 1 + link_id}"
+
+        yield Site(endpoints=[f"tcp:127.0.0.1:{port}" for port in base], serial=serial)
     finally:
         await anyio.to_thread.run_sync(_stop, procs)
 

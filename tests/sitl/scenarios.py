@@ -8,6 +8,7 @@ judges `sim/` and the real autopilot.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,11 +26,16 @@ from gateway.contract.subjects import BLOBS_BUCKET
 from gateway.daemon import Gateway
 from gateway.ops.client import CommandClient, Result
 from gateway.ops.sortie import distance_m, offset_deg
+from gateway.shadow.config import ShadowConfig
+from gateway.shadow.service import ShadowService
 from tests.support.commands import TEST_COMMANDS
-from tests.support.gateway import ENV, gateway_config, running
+from tests.support.gateway import ENV, collect_events, gateway_config, running
 from tests.support.wait import wait_for
 
 QGC_PLAN = Path(__file__).with_name("qgc_full.plan")
+# The shadow tests' fast timings: a missed step is retried within seconds, drift read back every 3 s.
+SHADOW_CONFIG = ShadowConfig(verify_interval_s=3.0, retry_initial_s=0.3, retry_max_s=2.0, resync_interval_s=2.0,
+                             tick_s=0.2, confirm_s=3.0, request_timeout_s=1.0)
 
 
 @dataclass
@@ -47,11 +53,19 @@ class Rig:
 
 
 @asynccontextmanager
-async def gateway_on(nc: Client, url: str, endpoints: list[str], state_dir: Path) -> AsyncIterator[Rig]:
-    """A gateway with the command service on `endpoints` (VID-001..N), ready for commands."""
+async def gateway_on(nc: Client, url: str, endpoints: list[str], state_dir: Path, *, shadow: bool = False,
+                     signing_key_file: Path | None = None) -> AsyncIterator[Rig]:
+    """A gateway with the command service (and the shadow service when `shadow`) on `endpoints` (VID-001..N),
+    signing every link with `signing_key_file` when given, ready for commands."""
     service = CommandService()
-    gw = Gateway(gateway_config(url, endpoints, state_dir, commands=TEST_COMMANDS))
+    cfg = gateway_config(url, endpoints, state_dir, commands=TEST_COMMANDS)
+    if signing_key_file is not None:
+        cfg = dataclasses.replace(cfg, vehicles=tuple(dataclasses.replace(vc, signing_key_file=signing_key_file)
+                                                      for vc in cfg.vehicles))
+    gw = Gateway(cfg)
     gw.services.append(service)
+    if shadow:
+        gw.services.append(ShadowService(SHADOW_CONFIG))
     async with running(gw), CommandClient(nc, ENV, issuer="pytest-sitl") as client:
         await wait_for(lambda: len(service.loops) == len(endpoints) and all(lp.binds for lp in service.loops.values()),
                        timeout_s=30)
@@ -148,3 +162,37 @@ async def two_vehicles(rig: Rig, *, armable_within_s: float) -> None:
         assert got.accepted and got.data["value"] == value, got
     await upload_qgc_plan(rig, b)
     await fly_guided(rig, a, armable_within_s=armable_within_s)
+
+
+async def events_of(rig: Rig, vid: str, kind: str) -> list[dict[str, Any]]:
+    return [d for _v, _t, d, _m in await collect_events(rig.nc, f"fleet.{ENV}.veh.{vid}.evt.{kind}")]
+
+
+async def fly_qgc_mission(rig: Rig, vid: str, *, armable_within_s: float) -> None:
+    """The QGroundControl plan uploads verified, then flies in AUTO (armed and taken off in GUIDED, then
+    MISSION_START, as ArduCopter refuses to arm in AUTO) through its items to RTL, landed and disarmed."""
+    await upload_qgc_plan(rig, vid)
+    plan = parse_plan(QGC_PLAN.read_bytes())
+    await set_mode_when_possible(rig, vid, "GUIDED", armable_within_s)
+    await arm_when_armable(rig, vid, armable_within_s)
+    r = await rig.call(vid, "takeoff", {"alt_m": 10.0})  # at once: an idle armed copter disarms itself
+    assert r.accepted, r
+    m = rig.model(vid)
+    await until("airborne", lambda: (m.alt_m or 0.0) >= 3.0, 60)
+    r = await rig.call(vid, "mission_start")
+    assert r.accepted, r
+    await until("AUTO", lambda: m.mode == "AUTO", 10)
+    # The plan ends with RTL (then LAND, never reached: RTL lands and disarms).
+    await until("mission flown, landed and disarmed", lambda: m.armed is False, 240)
+    assert (m.alt_m or 0.0) < 1.0
+    landed: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while not landed:
+        assert time.monotonic() < deadline, "no `landed` event"
+        landed = await events_of(rig, vid, "landed")
+        await anyio.sleep(0.3)
+    assert landed[-1]["max_alt_m"] >= 20.0, landed  # the plan's takeoff item climbed to 20 m
+    reached = [d["seq"] for d in await events_of(rig, vid, "mission_item_reached")]
+    # Every waypoint of the plan (after the home at seq 0) reached (a nav item followed at once by a DO item reports only the DO's seq).
+    waypoints = [it.seq for it in plan.mission[1:] if it.command == mavlink2.MAV_CMD_NAV_WAYPOINT]
+    assert set(waypoints) <= set(reached) | {s + 1 for s in reached}, (reached, waypoints)

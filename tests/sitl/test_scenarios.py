@@ -8,7 +8,7 @@ import pytest
 from nats.aio.client import Client
 
 from gateway.ops.natsserver import NatsServer
-from tests.sitl import scenarios
+from tests.sitl import faults, scenarios, shadow, signing
 from tests.sitl.peers import Peer
 
 # A real SITL needs ~10 s of wall time to become armable (speedup 5) and flies in real physics.
@@ -16,20 +16,52 @@ pytestmark = pytest.mark.timeout(600)
 
 
 async def test_guided_flight(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
-    async with peer.start(1, tmp_path) as endpoints, \
-            scenarios.gateway_on(provisioned, nats_server.url, endpoints, tmp_path / "state") as rig:
+    async with peer.start(1, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state") as rig:
         await scenarios.fly_guided(rig, "VID-001", armable_within_s=peer.armable_within_s)
 
 
 async def test_qgc_plan_with_fence_and_rally_uploads(
     peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    async with peer.start(1, tmp_path) as endpoints, \
-            scenarios.gateway_on(provisioned, nats_server.url, endpoints, tmp_path / "state") as rig:
+    async with peer.start(1, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state") as rig:
         await scenarios.upload_qgc_plan(rig, "VID-001")
 
 
 async def test_two_vehicles_on_one_gateway(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
-    async with peer.start(2, tmp_path) as endpoints, \
-            scenarios.gateway_on(provisioned, nats_server.url, endpoints, tmp_path / "state") as rig:
+    async with peer.start(2, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state") as rig:
         await scenarios.two_vehicles(rig, armable_within_s=peer.armable_within_s)
+
+
+async def test_qgc_plan_flies_in_auto_to_landed(peer: Peer, provisioned: Client, nats_server: NatsServer,
+                                                tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state") as rig:
+        await scenarios.fly_qgc_mission(rig, "VID-001", armable_within_s=peer.armable_within_s)
+
+
+async def test_shadow_params_read_back(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state", shadow=True) as rig:
+        await shadow.shadow_params(rig, "VID-001")
+
+
+async def test_shadow_mission_and_geofence_converge(peer: Peer, provisioned: Client, nats_server: NatsServer,
+                                                    tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state", shadow=True) as rig:
+        await shadow.shadow_mission_and_geofence(rig, "VID-001")
+
+
+async def test_signed_gateway_and_an_ignored_unsigned_injector(peer: Peer, provisioned: Client, nats_server: NatsServer,
+                                                               tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as site:
+        await signing.signed_gateway_ignores_unsigned_injector(site, provisioned, nats_server.url, tmp_path,
+                                                               armable_within_s=peer.armable_within_s)
+
+
+async def test_link_loss_mid_command(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as site:
+        await faults.link_loss_mid_command(site, provisioned, nats_server.url, tmp_path)

@@ -1,0 +1,102 @@
+"""`log_download` end to end: sim vehicle → gateway → TWIN_BLOBS, with progress events, refusals and resumption."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from gateway.blobs import fetch_blob
+from gateway.commands.logs import LogDownloadConfig, LogDownloadService
+from gateway.daemon import Gateway
+from gateway.ops.natsserver import NatsServer
+from sim.fleet import SimConfig
+from sim.logs import LOG_DATA_BYTES
+from tests.support import collect_events
+from tests.support.commands import Rig, command_rig, ready_to_fly
+from tests.support.wait import wait_for
+
+VID = "VID-001"
+
+
+def with_logs(gw: Gateway) -> None:
+    gw.services.append(LogDownloadService(LogDownloadConfig(progress_interval_s=0.1, stall_timeout_s=30)))
+
+
+async def events_of(rig: Rig, *types: str) -> list[dict[str, Any]]:
+    return [data for _vid, etype, data, _id in await collect_events(rig.nc) if etype in types]
+
+
+async def finished(rig: Rig, timeout_s: float = 40) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    async def done() -> bool:
+        found[:] = await events_of(rig, "log_downloaded", "log_download_failed")
+        return bool(found)
+
+    deadline = time.monotonic() + timeout_s
+    while not await done():
+        assert time.monotonic() < deadline, "no log_downloaded / log_download_failed event"
+        await wait_for(lambda: True, timeout_s=0.5)
+    return found[0]
+
+
+async def test_latest_log_is_stored_byte_identical_and_set_mode_is_not_held_up(
+        provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    sim = SimConfig(vehicles=1, base_port=0, speedup=5.0)
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", sim=sim, configure=with_logs) as rig:
+        v = rig.vehicle(VID)
+        await rig.link_known(VID)
+        bad = await rig.call(VID, "log_download", {"log": "9"})
+        assert bad.result == "rejected" and "no log 9 (the vehicle has 1, 2)" in bad.detail
+        r = await rig.call(VID, "log_download", {"log": "latest"})
+        assert r.accepted, r
+        held = v.logs.logs[-1]
+        assert r.data["log_id"] == held.log_id and r.data["object"] == f"logs/{VID}/2-20261123T193502Z.bin"
+        # A command issued during the download is not queued behind it.
+        t0 = time.monotonic()
+        mode = await rig.call(VID, "set_mode", {"mode": "ALT_HOLD"})
+        took_s = time.monotonic() - t0
+        assert mode.accepted and took_s < 1.0, (mode, took_s)
+        done = await finished(rig)
+        assert done.get("object") == r.data["object"], done
+        assert done["sha256"] == hashlib.sha256(held.data).hexdigest() and done["size_bytes"] == len(held.data)
+        assert done["kib_s"] > 0
+        stored = await fetch_blob(rig.nc.jetstream(), r.data["object"])
+        assert stored == held.data
+        progress = await events_of(rig, "log_download_progress")
+        assert progress and progress[-1]["bytes"] == progress[-1]["total"] == len(held.data)
+        assert [p["bytes"] for p in progress] == sorted(p["bytes"] for p in progress)
+
+
+async def test_refused_while_armed(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
+        await rig.link_known(VID)
+        await ready_to_fly(rig.fleet)
+        for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {})):
+            assert (await rig.call(VID, name, params)).accepted
+        await wait_for(lambda: rig.gw.twins[VID].model.armed is True, timeout_s=10)
+        r = await rig.call(VID, "log_download", {})
+        assert r.result == "rejected" and "disarmed" in r.detail and "armed" in r.detail
+        assert rig.vehicle(VID).logs.requests == []
+
+
+async def test_resumes_after_a_link_drop_from_the_last_offset(
+        provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
+        v = rig.vehicle(VID)
+        await rig.link_known(VID)
+        r = await rig.call(VID, "log_download", {"log": "2"})
+        assert r.accepted, r
+        size = len(v.logs.logs[-1].data)
+        await wait_for(lambda: v.logs.frames_sent * LOG_DATA_BYTES > size // 3, timeout_s=20, interval_s=0.005)
+        before = len(v.logs.requests)
+        v.drop_link(2.0, close=True)  # TCP cut: the gateway reconnects
+        done = await finished(rig, timeout_s=60)
+        assert done.get("sha256") == hashlib.sha256(v.logs.logs[-1].data).hexdigest(), done
+        after = v.logs.requests[before:]
+        assert after and min(ofs for _id, ofs, _n in after) > 0  # never from the start again
+        assert sum(n for _id, _ofs, n in after) < size
