@@ -42,7 +42,7 @@ from nats.js import api as jsapi
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.ops.health import is_twin_stream
-from gateway.ops.runner import run_cli
+from gateway.ops.runner import duration, run_cli
 
 FORMAT = "mavjet-backup"
 FORMAT_VERSION = 1
@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     natsconn.add_nats_arguments(p)
     p.add_argument("--out", type=Path, required=True, help="a new, empty directory")
     p.add_argument("--streams", help="comma-separated stream names (default: every TWIN_* stream)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before giving up")
+    p.add_argument("--timeout", type=duration, default=10.0, help="give up after this long without progress, e.g. 10s (default: 10s)")
     return p
 
 

@@ -37,7 +37,7 @@ from gateway.contract import natsconn
 from gateway.contract.subjects import CMD_STREAM, check_token
 from gateway.ops.backup import BackupError, api_request, list_streams
 from gateway.ops.health import is_twin_stream
-from gateway.ops.runner import run_cli
+from gateway.ops.runner import duration, run_cli
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default=os.environ.get("MAVJET_ENV", "prod"),
                    help="fleet environment, as every command takes it; the TWIN_* streams hold every environment, so all move together (default: $MAVJET_ENV or prod)")
     p.add_argument("--streams", help="comma-separated stream names (default: the TWIN_* streams)")
-    p.add_argument("--wait", type=float, default=0.0, help="status: wait up to this many seconds for sync")
+    p.add_argument("--wait", type=duration, default=0.0, help="status: wait up to this long for sync, e.g. 2m (default: no wait)")
     p.add_argument("--yes", action="store_true", help="remove: really delete the original streams")
     return p
 

@@ -46,7 +46,7 @@ from gateway.ops.backup import (
     file_sha256,
     messages_path,
 )
-from gateway.ops.runner import run_cli
+from gateway.ops.runner import duration, run_cli
 
 # The server refuses duplicate windows under 100 ms.
 MIN_DUPLICATE_WINDOW_NS = 100_000_000
@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true", help="delete streams that already hold messages first")
     p.add_argument("--with-commands", action="store_true",
                    help="also replay queued TWIN_CMD commands (a running gateway would execute them)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for one server answer")
+    p.add_argument("--timeout", type=duration, default=10.0, help="wait this long for one server answer, e.g. 10s (default: 10s)")
     return p
 
 

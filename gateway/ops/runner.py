@@ -18,8 +18,17 @@ from collections.abc import Awaitable, Callable
 
 from gateway.contract.errors import MavjetError
 from gateway.contract.redact import redact
+from gateway.contract.units import parse_duration_s
 
 EXIT_ERROR = 2
+
+
+def duration(text: str) -> float:
+    """argparse type for every duration flag: `30s`, `5m`, `1h`, `250ms`, or plain seconds."""
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_cli(

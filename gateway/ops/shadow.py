@@ -35,7 +35,7 @@ from nats.js.kv import KeyValue
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import SHADOW_BUCKET, check_token, shadow_key
-from gateway.ops.runner import run_cli
+from gateway.ops.runner import duration, run_cli
 from gateway.shadow.document import parse_desired
 
 DOCS = ("desired", "reported", "meta", "config")
@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="print desired/reported/meta/config changes as they happen")
     common(w)
     w.add_argument("--count", type=int, help="exit after this many updates")
-    w.add_argument("--timeout", type=float, default=30.0, help="with --count: give up after this long idle")
+    w.add_argument("--timeout", type=duration, default=30.0, help="with --count: give up after this long idle, e.g. 30s (default: 30s)")
     d = sub.add_parser("diff", help="what has not converged, and why (exit 1 if anything)")
     common(d)
     return p

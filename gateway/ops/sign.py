@@ -36,7 +36,7 @@ from drivers.mavlink.signing import KEY_LEN, MavSigning, read_key_file, setup_si
 from drivers.mavlink.transport import Endpoint, open_transport
 from gateway.config import build_config, load_toml
 from gateway.contract.errors import ConfigError, LinkError
-from gateway.ops.runner import run_cli
+from gateway.ops.runner import duration, run_cli
 
 EXIT_NOT_SIGNING = 1
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--endpoint", help="the vehicle's MAVLink endpoint (overrides --config)")
     st.add_argument("--key-file", type=Path, help="32-byte key, hex or raw (overrides --config)")
     st.add_argument("--sysid", type=int, help="the vehicle's system id (default: the first autopilot heard)")
-    st.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a signed heartbeat (10)")
+    st.add_argument("--timeout", type=duration, default=10.0, help="wait this long for a signed heartbeat, e.g. 10s (default: 10s)")
     st.add_argument("--disable", action="store_true", help="turn signing off (all-zero key, timestamp 0)")
     return p
 
