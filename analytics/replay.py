@@ -21,9 +21,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any
 
 from analytics.options import format_time_us, parse_time_us
+from analytics.progress import LineProgress, Progress, QuietProgress
 from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
 from gateway.contract.errors import ConfigError, MavjetError
 from gateway.contract.subjects import EVENTS_STREAM, check_token, event_filter
@@ -99,40 +100,6 @@ def read_events(spark: Any, cfg: ReplayConfig) -> Any:
 
 def _path(out: str, name: str) -> str:
     return out.rstrip("/") + "/" + name
-
-
-class Progress(Protocol):
-    """Where the replay reports its stages while it runs."""
-
-    def stage(self, name: str) -> None: ...
-
-    def done(self, name: str, seconds: float, detail: str = "") -> None: ...
-
-
-class QuietProgress:
-    def stage(self, name: str) -> None:
-        return None
-
-    def done(self, name: str, seconds: float, detail: str = "") -> None:
-        return None
-
-
-class LineProgress:
-    """One line per stage on a text stream (stderr): when it starts and what it took.
-
-    Lines, not a redrawn bar: Spark's stages give no fraction done to show,
-    and lines survive a log file or a pipe.
-    """
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-
-    def stage(self, name: str) -> None:
-        print(f"mavjet replay: {name} ...", file=self.stream, flush=True)
-
-    def done(self, name: str, seconds: float, detail: str = "") -> None:
-        tail = f": {detail}" if detail else ""
-        print(f"mavjet replay: {name} done in {seconds:.1f} s{tail}", file=self.stream, flush=True)
 
 
 def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) -> dict[str, Any]:

@@ -164,7 +164,6 @@ def run(
         res["source_events_per_s"] = round(n / read_s)
         res["ratio_source_to_callback_ceiling"] = round(n / read_s / res["ceiling_callback_events_per_s"], 3)
         res["ratio_source_to_decode_ceiling"] = round(n / read_s / res["ceiling_callback_decode_events_per_s"], 3)
-        stage("source")
         # as the replay reads: typed columns only, the `data` JSON left null
         t0 = time.perf_counter()
         reader.option("data", "false").load().write.format("noop").mode("overwrite").save()
@@ -172,7 +171,7 @@ def run(
         res["source_typed_read_s"] = round(typed_s, 3)
         res["source_typed_events_per_s"] = round(n / typed_s)
         res["ratio_source_typed_to_callback_ceiling"] = round(n / typed_s / res["ceiling_callback_events_per_s"], 3)
-        stage("source_typed")
+        stage("source")
         t0 = time.perf_counter()
         summary = run_replay(spark, ReplayConfig(out=out_dir, url=url, env=ENV, master=master, partitions=partitions,
                                                  driver_memory=driver_memory))
@@ -203,9 +202,8 @@ def _line(name: str, res: dict[str, Any]) -> str:
         return (f"data source on {res['master']} ({res['read_partitions']} partitions): "
                 f"{res['source_events_per_s']:,} events/s ({res['source_read_s']} s)\n"
                 f"ratio source / callback ceiling:  {res['ratio_source_to_callback_ceiling']}\n"
-                f"ratio source / decode ceiling:    {res['ratio_source_to_decode_ceiling']}")
-    if name == "source_typed":
-        return (f"source, typed columns only:       {res['source_typed_events_per_s']:,} events/s "
+                f"ratio source / decode ceiling:    {res['ratio_source_to_decode_ceiling']}\n"
+                f"source, typed columns only:       {res['source_typed_events_per_s']:,} events/s "
                 f"({res['source_typed_read_s']} s); ratio to callback ceiling "
                 f"{res['ratio_source_typed_to_callback_ceiling']}")
     return (f"replay total (all jobs):          {res['replay_s']} s (+ {res['spark_session_s']} s session start)\n"
