@@ -12,7 +12,9 @@ MISSION_CLEAR_ALL empties a list. Mission types MISSION (0), FENCE (1) and
 RALLY (2) are kept separately.
 
 ArduPilot's home convention: seq 0 of the MISSION list is the home position;
-downloads always report the live home there, whatever was uploaded.
+downloads always report the live home there, whatever was uploaded. PX4 has
+none (`home_at_seq0` False): it stores item `seq` at index `seq` and flies
+from index 0 (`mavlink_mission.cpp`), so its list is returned as stored.
 
 ArduPilot stores items in its own form (`ardupilot_form`, written from
 ArduPilot's AP_Mission and checked against a real ArduCopter): a download
@@ -214,6 +216,7 @@ class MissionServer:
 
     def __init__(self, *, retry_s: float = 1.0, timeout_s: float = 8.0, ardupilot: bool = True) -> None:
         self.ardupilot = ardupilot  # store items in ArduPilot's form and refuse what it refuses
+        self.home_at_seq0 = ardupilot  # MISSION seq 0 is the live home (ArduPilot), else the first item (PX4)
         self.retry_s = retry_s
         self.timeout_s = timeout_s
         self.lists: dict[int, list[SimMissionItem]] = {t: [] for t in TYPES}
@@ -227,14 +230,14 @@ class MissionServer:
     def items(self, mission_type: int) -> list[SimMissionItem]:
         """The list as a download would return it (MISSION seq 0 = live home)."""
         stored = self.lists.get(mission_type, [])
-        if mission_type != MISSION:
+        if mission_type != MISSION or not self.home_at_seq0:
             return list(stored)
         home = self.home_item or SimMissionItem(seq=0, frame=mavlink2.MAV_FRAME_GLOBAL, command=NAV_WAYPOINT)
         return [replace(home, seq=0), *stored[1:]]
 
     def count(self, mission_type: int) -> int:
         n = len(self.lists.get(mission_type, []))
-        return max(n, 1) if mission_type == MISSION else n
+        return max(n, 1) if mission_type == MISSION and self.home_at_seq0 else n
 
     # --- protocol -----------------------------------------------------------------
     def on_count(self, msg: Any, partner: tuple[int, int], now: float) -> list[Any]:

@@ -21,6 +21,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
@@ -161,7 +162,7 @@ class VehicleModel:
         self.params: dict[str, float] = params.defaults(opts.sysid)
         self.missions = MissionServer(ardupilot=opts.flavour.name == "ardupilot")
         self.terrain = TerrainServer()  # terrain grids wanted by terrain-frame items (TERRAIN_REQUEST)
-        self.logs = LogServer(default_logs(opts.sysid))  # dataflash logs served by the log protocol
+        self.logs = LogServer(partial(default_logs, opts.sysid))  # dataflash logs served by the log protocol
         self.schedule = streams.Schedule()
         self.out: list[Any] = []
         self.executions: list[ExecutedCommand] = []
@@ -424,7 +425,7 @@ class VehicleModel:
         self._mission_committed()
 
     def _on_mission_set_current(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
-        if self._set_mission_current(int(msg.seq)):
+        if self._set_mission_current(int(msg.seq) + self._seq_offset):
             self._send_mission_current()
 
     def _on_mission_ack(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
@@ -620,13 +621,14 @@ class VehicleModel:
 
     def _cmd_mission_start(self, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
         first = round(p[0])
+        start = first + self._seq_offset if first > 0 else 1  # the first item after the home
         result = self.set_mode(self.flavour.auto, reason="gcs_mission_start")
         if result != ACCEPTED:
             return result
-        if first > 0 and not self._set_mission_current(first):
+        if first > 0 and not self._set_mission_current(start):
             return FAILED
         if self.mission_state != R.MISSION_STATE_ACTIVE:
-            self._auto_start(max(first, 1))
+            self._auto_start(start)
         return ACCEPTED
 
     def _cmd_reboot(self, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
@@ -654,7 +656,7 @@ class VehicleModel:
         return ACCEPTED
 
     def _cmd_set_mission_current(self, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
-        if not self._set_mission_current(round(p[0])):
+        if not self._set_mission_current(round(p[0]) + self._seq_offset):
             return FAILED
         self._send_mission_current()
         return ACCEPTED
@@ -1025,7 +1027,17 @@ class VehicleModel:
 
     # ------------------------------------------------------------------ AUTO
     def _mission(self) -> list[SimMissionItem]:
-        return self.missions.items(MISSION)
+        """The MISSION list indexed as ArduPilot's, home at 0: PX4's has no home, so a placeholder stands there
+        (its items keep their own seq, which MISSION_ITEM_REACHED reports); see `_seq_offset`."""
+        items = self.missions.items(MISSION)
+        if self.missions.home_at_seq0:
+            return items
+        return [SimMissionItem(seq=0, frame=R.MAV_FRAME_GLOBAL, command=R.MAV_CMD_NAV_WAYPOINT), *items]
+
+    @property
+    def _seq_offset(self) -> int:
+        """`mission_seq` (index into `_mission()`) minus the seq on the wire: 1 on PX4, 0 on ArduPilot."""
+        return 0 if self.missions.home_at_seq0 else 1
 
     def _auto_start(self, seq: int) -> None:
         self.mission_seq = seq
@@ -1368,11 +1380,10 @@ class VehicleModel:
             self.out.append(self._home_position())
 
     def _e_mission_current(self, force: bool) -> None:
-        n = len(self.missions.lists[MISSION])
-        n = max(n, 1)
+        n = len(self._mission())  # with the home (or PX4's placeholder)
         state = self.mission_state if n > 1 else R.MISSION_STATE_NO_MISSION
         in_mission = 1 if self.fmode.behaviour == "auto" else 2
-        self.out.append((enc.MISSION_CURRENT, (self.mission_seq, n - 1, state, in_mission)))
+        self.out.append((enc.MISSION_CURRENT, (self.mission_seq - self._seq_offset, n - 1, state, in_mission)))
 
     def _e_fence_status(self, force: bool) -> None:
         f = self.fence

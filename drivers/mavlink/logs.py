@@ -217,7 +217,9 @@ class LogWindow:
                 or int(msg.id) != self.log_id):
             return []
         ofs, n = int(msg.ofs), int(msg.count)
-        if n < LOG_DATA_BYTES:  # a short frame is the file's last; an empty one says `ofs` is past its end
+        if n == 0 or (n < LOG_DATA_BYTES and ofs + n != self._req_end):
+            # An empty frame says `ofs` is past the end; a short one that does not end the range
+            # asked for is the file's last (a short one that does is only the request's last).
             self.eof_offset = ofs + n if self.eof_offset is None else min(self.eof_offset, ofs + n)
         lo, hi = max(ofs, self.offset), min(ofs + n, self.offset + self.count)
         if lo < hi:

@@ -5,6 +5,13 @@ commands and parameters): upload, download and clear run the sans-IO mission
 machines; `upload_and_verify` checks items before sending (ArduPilot does not
 roll back a refused upload), reads them back and compares the autopilot's
 normalised forms (`normalise.py`).
+
+mavjet's MISSION lists follow ArduPilot's layout: seq 0 is the home, the plan's
+items follow from seq 1 (`plan.py`). PX4 has no home item: it stores item `seq`
+at index `seq` and its navigator flies from index 0 (`mavlink_mission.cpp`,
+`handle_mission_item_both`), so an uploaded home would be flown as a
+waypoint. `to_vehicle` / `from_vehicle` convert between the two at the wire,
+so plans, digests and verification keep one layout for every flavour.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from gateway.contract.errors import (
 
 # ---------------------------------------------------------------------------
 # missions
+
+_NAV_WAYPOINT = 16  # MAV_CMD_NAV_WAYPOINT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,11 +140,16 @@ async def upload_mission(
 
 
 async def download_mission(
-    port: MavPort, mission_type: int = MISSION, *, config: ProtocolConfig = DEFAULT_CONFIG, lock: anyio.Lock | None = None
+    port: MavPort,
+    mission_type: int = MISSION,
+    *,
+    config: ProtocolConfig = DEFAULT_CONFIG,
+    lock: anyio.Lock | None = None,
+    flavour: Flavour | str | None = None,
 ) -> list[MissionItem]:
-    """Read the vehicle's `mission_type` items back."""
+    """Read the vehicle's `mission_type` items back, in mavjet's layout (`from_vehicle`)."""
     async with _held(lock):
-        return await _download(port, mission_type, config)
+        return from_vehicle(await _download(port, mission_type, config), mission_type, flavour)
 
 
 async def clear_mission(
@@ -171,6 +185,26 @@ class MissionMismatch(ProtocolError):
         self.downloaded = downloaded
         self.seq = seq
         self.detail = detail
+
+
+def _no_home(mission_type: int, flavour: Flavour | str | None) -> bool:
+    return mission_type == MISSION and flavour == Flavour.PX4
+
+
+def to_vehicle(items: Sequence[MissionItem], mission_type: int, flavour: Flavour | str | None) -> list[MissionItem]:
+    """`items` (home at seq 0 of a MISSION) as the vehicle numbers them: on PX4 without the home, from seq 0."""
+    if not _no_home(mission_type, flavour):
+        return list(items)
+    return [replace(it, seq=it.seq - 1) for it in items if it.seq != 0]
+
+
+def from_vehicle(items: Sequence[MissionItem], mission_type: int, flavour: Flavour | str | None) -> list[MissionItem]:
+    """A download in mavjet's layout: on PX4 an empty home (all zero, as ArduPilot before it has one) is put
+    at seq 0 and the vehicle's items follow from seq 1. The inverse of `to_vehicle` but for the home."""
+    if not _no_home(mission_type, flavour):
+        return list(items)
+    home = MissionItem(seq=0, frame=0, command=_NAV_WAYPOINT, mission_type=MISSION)
+    return [home, *(replace(it, seq=it.seq + 1) for it in items)]
 
 
 def check_upload(items: Sequence[MissionItem], flavour: Flavour | str | None) -> None:
@@ -224,14 +258,19 @@ async def upload_and_verify(
     upload here: the download decides whether the vehicle holds the mission.
     """
     items = [it if it.mission_type == mission_type else replace(it, mission_type=mission_type) for it in items]
-    check_upload(items, flavour)
+    check_upload([it for it in items if it.seq != 0] if _no_home(mission_type, flavour) else items, flavour)
     async with _held(lock):
         try:
-            await _upload(port, items, mission_type, config)
+            await _upload(port, to_vehicle(items, mission_type, flavour), mission_type, config)
         except MissionTimeout as exc:
             if exc.stage != "MISSION_ACK":
                 raise
-        back = await _download(port, mission_type, config)
+        except MissionRejected as exc:
+            if exc.seq is None or not _no_home(mission_type, flavour):
+                raise
+            # Name the item in mavjet's numbering (the vehicle's seq k is our seq k + 1).
+            raise MissionRejected(exc.protocol, exc.result, mission_type, seq=exc.seq + 1) from exc
+        back = from_vehicle(await _download(port, mission_type, config), mission_type, flavour)
     compare_readback(items, back, mission_type, flavour)
     return digest(back)
 

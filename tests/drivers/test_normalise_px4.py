@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from drivers.mavlink.dialect import mavlink2 as M
 from drivers.mavlink.mission import FENCE, RALLY, MissionItem
@@ -52,3 +53,23 @@ def test_readback_is_idempotent() -> None:
     for cmd in (M.MAV_CMD_NAV_WAYPOINT, M.MAV_CMD_NAV_LOITER_TIME, M.MAV_CMD_NAV_LAND, M.MAV_CMD_NAV_TAKEOFF):
         once = readback(_item(cmd, (2.5, 1.0, -50.0, 400.0)), PX4)
         assert readback(once, PX4) == once
+
+
+def test_px4_missions_have_no_home_item_on_the_wire() -> None:
+    """PX4 stores item `seq` at index `seq` and flies from 0: mavjet's home at seq 0 is not sent, and a
+    download gets an empty home put back, so digests and verification keep one layout."""
+    from drivers.mavlink.mission import MISSION
+    from drivers.mavlink.plan import digest
+    from drivers.mavlink.transfers import compare_readback, from_vehicle, to_vehicle
+
+    home = MissionItem(seq=0, frame=0, command=M.MAV_CMD_NAV_WAYPOINT, x=-353632610, y=1491652300, z=584.0)
+    plan = [home, *(replace(_item(M.MAV_CMD_NAV_WAYPOINT, (0, 0, 0, 0), frame=3), seq=k) for k in (1, 2, 3))]
+    wire = to_vehicle(plan, MISSION, PX4)
+    assert [it.seq for it in wire] == [0, 1, 2] and wire[0] == replace(plan[1], seq=0)
+    back = from_vehicle([readback(it, PX4) for it in wire], MISSION, PX4)
+    assert [it.seq for it in back] == [0, 1, 2, 3] and (back[0].x, back[0].y) == (0, 0)
+    compare_readback(plan, back, MISSION, PX4)  # does not raise
+    assert digest(back) == digest(plan)
+    # ArduPilot, and fence/rally lists on PX4, go as they are.
+    for flavour, mtype in ((Flavour.ARDUPILOT, MISSION), (PX4, FENCE), (PX4, RALLY)):
+        assert to_vehicle(plan, mtype, flavour) == plan and from_vehicle(plan, mtype, flavour) == plan

@@ -126,3 +126,25 @@ async def test_a_transfer_pauses_while_armed_and_finishes_after_disarm() -> None
             tg.start_soon(arm_midway)
             await session.download_log(entry.log_id, entry.size_bytes, sink)
         assert hashlib.sha256(sink.data).digest() == hashlib.sha256(v.logs.logs[-1].data).digest()
+
+
+@pytest.mark.parametrize("frames_per_tick", [200, 2000])
+async def test_throughput_over_tcp(frames_per_tick: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KiB/s of a whole download and LOG_DATA payload / bytes on the wire (printed with -s).
+
+    200 LOG_DATA per 50 ms tick is the sim's default rate (~350 KiB/s plus the burst on each request);
+    at 2000 the sim is no longer the bound and the figure is the gateway side's.
+    """
+    import sim.logs
+
+    monkeypatch.setattr(sim.logs, "FRAMES_PER_POLL", frames_per_tick)
+    async with sim_session() as (session, v, _model):
+        entry = (await session.list_logs())[-1]
+        sink = Collect()
+        wire_before, t0 = v.link.bytes_out, time.monotonic()
+        await session.download_log(entry.log_id, entry.size_bytes, sink)
+        elapsed_s, wire = time.monotonic() - t0, v.link.bytes_out - wire_before
+        assert bytes(sink.data) == v.logs.logs[-1].data
+        print(f"\n{frames_per_tick} LOG_DATA/tick: {entry.size_bytes} B in {elapsed_s:.3f} s = "
+              f"{entry.size_bytes / 1024 / elapsed_s:.0f} KiB/s; payload/wire {entry.size_bytes / wire:.3f}; "
+              f"frames lost to a slow reader {v.link.frames_slow_client}")

@@ -9,13 +9,15 @@ from pathlib import Path
 from nats.aio.client import Client
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from drivers.mavlink.plan import parse_plan
+from drivers.mavlink.mission import MISSION
+from drivers.mavlink.plan import digest, parse_plan
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from tests.commands.test_mission import PLAN, mission_put
 from tests.sim.test_missions import download, item, upload
-from tests.support.commands import command_rig
+from tests.support.commands import command_rig, ready_to_fly
 from tests.support.sim import MavClient, running
+from tests.support.wait import wait_for
 
 
 def _wp(seq: int, cmd: int, p: tuple[float, float, float, float], *, frame: int = 3, mtype: int = 0) -> object:
@@ -63,3 +65,48 @@ async def test_gateway_verifies_a_qgc_plan_on_px4(provisioned: Client, nats_serv
             len(plan.mission), len(plan.fence), len(plan.rally))
         assert r.data["digest"] == plan.mission_digest
         assert r.data["fence_enabled"] is True  # PX4: zones uploaded, no switch to set
+
+
+async def test_px4_mission_has_no_home_item(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    """On PX4 seq 0 is the first mission item (no home): the plan's first item is stored at seq 0, and the
+    gateway's download, verification and digest agree with the plan's."""
+    put = await asyncio.to_thread(mission_put, nats_server.url, str(PLAN), "--name", "missions/demo.plan")
+    assert put.returncode == 0, put.stderr
+    plan = parse_plan(PLAN.read_bytes())
+    sim = SimConfig(vehicles=1, base_port=0, speedup=5.0, flavour="px4")
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", sim=sim) as rig:
+        v = rig.vehicle("VID-001")
+        r = await rig.call("VID-001", "mission_upload", {"object": "missions/demo.plan"})
+        assert r.accepted, r
+        stored = v.missions.items(MISSION)
+        assert len(stored) == len(plan.mission) - 1  # the home was not sent
+        first = plan.mission[1]
+        assert (stored[0].seq, stored[0].command, stored[0].x, stored[0].y) == (0, first.command, first.x, first.y)
+        back = await rig.gw.twins["VID-001"].session.download_mission(MISSION)
+        assert [it.seq for it in back] == [it.seq for it in plan.mission]
+        assert digest(back) == plan.mission_digest == r.data["digest"]
+        # A raw ground station sees PX4's own numbering: MISSION_COUNT without a home.
+        gcs = await MavClient.connect(await v.listen_serial(1))
+        try:
+            got = await download(gcs)
+        finally:
+            await gcs.close()
+        assert len(got) == len(plan.mission) - 1 and (got[0].command, got[0].x) == (first.command, first.x)
+
+
+async def test_px4_flies_the_mission_from_seq_0(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    """MISSION_ITEM_REACHED and MISSION_CURRENT use PX4's numbering: the plan's first item is seq 0."""
+    put = await asyncio.to_thread(mission_put, nats_server.url, str(PLAN), "--name", "missions/demo.plan")
+    assert put.returncode == 0, put.stderr
+    plan = parse_plan(PLAN.read_bytes())
+    sim = SimConfig(vehicles=1, base_port=0, speedup=20.0, flavour="px4")
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", sim=sim) as rig:
+        v = rig.vehicle("VID-001")
+        assert (await rig.call("VID-001", "mission_upload", {"object": "missions/demo.plan"})).accepted
+        await ready_to_fly(rig.fleet)
+        for name in ("arm", "mission_start"):
+            r = await rig.call("VID-001", name)
+            assert r.accepted, r
+        await wait_for(lambda: len(v.reached) >= 2, timeout_s=30)
+        assert v.reached[0] == 0 and plan.mission[1].command == v.missions.items(MISSION)[0].command
+        assert max(v.reached) <= len(plan.mission) - 2

@@ -1,0 +1,164 @@
+"""`mavjet logs ls/get VID`: a vehicle's flight logs in TWIN_BLOBS, and downloading one from the vehicle.
+
+`ls VID` lists the logs already stored under `logs/<VID>/`. `get VID
+LOG_ID|latest [--out FILE]` sends the `log_download` command, follows its
+`log_download_progress` events with a progress bar (plain lines when stderr
+is not a terminal) and prints the stored object, its sha256 and the rate;
+with `--out` it then fetches the object into FILE (sha256-checked,
+resumable). The download itself runs in the gateway (docs/companion.md,
+"Flight logs").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from gateway import blobs
+from gateway.contract import natsconn
+from gateway.contract.envelope import unpack
+from gateway.contract.subjects import event_subject
+from gateway.ops.client import CommandClient
+from gateway.ops.runner import run_cli
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 4
+_BAR_CELLS = 30
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet logs", description="A vehicle's dataflash logs, through TWIN_BLOBS.")
+    sub = p.add_subparsers(dest="action", required=True)
+    ls = sub.add_parser("ls", help="logs of VID already stored in TWIN_BLOBS (logs/VID/)")
+    ls.add_argument("vid")
+    get = sub.add_parser("get", help="download a log from the vehicle into TWIN_BLOBS (and --out FILE)")
+    get.add_argument("vid")
+    get.add_argument("log", help="a log id, or latest")
+    get.add_argument("--out", type=Path, help="also write the log to FILE (sha256 checked)")
+    get.add_argument("--timeout", type=float, default=1800.0, help="give up waiting after this many seconds")
+    get.add_argument("--quiet", action="store_true", help="no progress")
+    for s in (ls, get):
+        s.add_argument("--json", action="store_true", help="machine-readable output")
+        natsconn.add_nats_arguments(s)
+    return p
+
+
+class Bar:
+    """A progress bar on a terminal, a line per tenth elsewhere."""
+
+    def __init__(self, label: str, *, quiet: bool) -> None:
+        self.label, self.quiet, self.tty = label, quiet, sys.stderr.isatty()
+        self.shown = -1
+
+    def __call__(self, done: int, total: int, note: str = "") -> None:
+        if self.quiet:
+            return
+        frac = 1.0 if total <= 0 else min(done / total, 1.0)
+        if self.tty:
+            cells = int(frac * _BAR_CELLS)
+            print(f"\r{self.label} [{'#' * cells}{'.' * (_BAR_CELLS - cells)}] {frac:6.1%} {done}/{total} B {note}",
+                  end="", file=sys.stderr, flush=True)
+            return
+        tenth = int(frac * 10)
+        if tenth != self.shown or note:
+            self.shown = tenth
+            print(f"{self.label}: {done}/{total} bytes ({tenth * 10}%) {note}".rstrip(), file=sys.stderr, flush=True)
+
+    def end(self) -> None:
+        if self.tty and not self.quiet:
+            print(file=sys.stderr)
+
+
+async def ls(args: argparse.Namespace) -> int:
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-logs"))
+    try:
+        docs = await blobs.list_records(nc.jetstream(), f"logs/{args.vid}/")
+    finally:
+        await nc.close()
+    rows = [{"object": d["name"], "bytes": d.get("size") or 0, "mtime": d.get("mtime") or "",
+             "sha256": ((d.get("headers") or {}).get(blobs.SHA_HEADER) or [""])[0]} for d in docs]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for r in rows:
+            print(f"{r['object']:<48} {r['bytes']:>11} B  sha256 {str(r['sha256'])[:16]}  {r['mtime']}")
+    return EXIT_OK
+
+
+async def _follow(nc: Client, args: argparse.Namespace, bar: Bar) -> dict[str, Any] | None:
+    """Send log_download, follow its events; the last event (log_downloaded / _failed), or None when rejected."""
+    final: list[tuple[str, dict[str, Any]]] = []
+    done = anyio.Event()
+    wanted: dict[str, int] = {}
+
+    async def on_msg(msg: Msg) -> None:
+        etype = msg.subject.rsplit(".", 1)[-1]
+        data = unpack(msg.data).data
+        if wanted and data.get("log_id") != wanted.get("log_id"):
+            return
+        if etype == "log_download_progress":
+            bar(int(data.get("bytes", 0)), int(data.get("total", 0)), "(paused: armed)" if data.get("paused") else "")
+        elif etype in ("log_downloaded", "log_download_failed"):
+            final.append((etype, data))
+            done.set()
+
+    sub = await nc.subscribe(event_subject(args.env, args.vid, ">"), cb=on_msg)
+    try:
+        async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
+            res = await client.call(args.vid, "log_download", {"log": args.log}, timeout_s=60)
+        if not res.accepted:
+            print(f"mavjet logs: log_download {res.result}: {res.detail}", file=sys.stderr)
+            return None
+        wanted["log_id"] = int(res.data.get("log_id", 0))
+        bar(0, int(res.data.get("total", 0)))
+        with anyio.move_on_after(args.timeout):
+            await done.wait()
+    finally:
+        await sub.unsubscribe()
+    bar.end()
+    if not final:
+        return {"event": "timeout"}
+    etype, data = final[0]
+    return {"event": etype, **data}
+
+
+async def get(args: argparse.Namespace) -> int:
+    if args.log != "latest" and not args.log.isdigit():
+        print("mavjet logs: LOG_ID must be a number or latest", file=sys.stderr)
+        return EXIT_USAGE
+    bar = Bar(f"log {args.log} of {args.vid}", quiet=args.quiet or args.json)
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-logs"))
+    try:
+        out = await _follow(nc, args, bar)
+        if out is None:
+            return EXIT_FAILED
+        if out["event"] != "log_downloaded":
+            print(f"mavjet logs: {out['event']}: {out.get('reason', 'no result in time')}", file=sys.stderr)
+            return EXIT_TIMEOUT if out["event"] == "timeout" else EXIT_FAILED
+        if args.out is not None:
+            t = await blobs.get_blob(nc.jetstream(), str(out["object"]), args.out)
+            out["file"] = str(args.out)
+            out["file_sha256"] = t.sha256
+    finally:
+        await nc.close()
+    if args.json:
+        print(json.dumps(out))
+    else:
+        where = f", written to {args.out}" if args.out is not None else ""
+        print(f"stored {out['object']} ({out['size_bytes']} bytes, sha256 {str(out['sha256'])[:16]}, "
+              f"{out['kib_s']} KiB/s){where}")
+    return EXIT_OK
+
+
+async def run(args: argparse.Namespace) -> int:
+    return await {"ls": ls, "get": get}[args.action](args)
+
+
+def main(argv: list[str]) -> int:
+    return run_cli(build_parser(), run, argv, errors=(OSError,))
