@@ -106,7 +106,7 @@ async def command_load(nc: Client, gw: Gateway, command: str, seconds: float, wa
     def params_for(vid: str) -> dict[str, Any]:
         if command == "param_get":
             return {"name": "RTL_ALT"}
-        return {"mode": gw.twins[vid].model.mode or "STABILIZE"}
+        return {"mode": gw.twins[vid].telemetry.mode or "STABILIZE"}
 
     async with CommandClient(nc, ENV, issuer="bench") as cc:
         async def one(vid: str) -> tuple[float, str]:
@@ -139,10 +139,10 @@ async def command_load(nc: Client, gw: Gateway, command: str, seconds: float, wa
     return out
 
 
-async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
+async def command_gateway(server: NatsServer, n: int, base: int, tmp: str) -> tuple[Client, Gateway, CommandService]:
+    """A provisioned server, and a gateway with the command service for N sim vehicles from `base`."""
     nc = await nats.connect(server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
-    n = args.vehicles
     cfg = GatewayConfig(
         vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:04d}", endpoint=Endpoint.parse(f"tcp:127.0.0.1:{base + 10 * i}"))
                        for i in range(n)),
@@ -152,20 +152,30 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
     gw = Gateway(cfg)
     service = CommandService()
     gw.services.append(service)
+    return nc, gw, service
+
+
+async def commands_ready(gw: Gateway, service: CommandService, timeout_s: float) -> None:
+    """Every vehicle's consumer bound and every mode known, or RuntimeError after `timeout_s`."""
+    for _ in range(int(timeout_s * 10)):  # a bounded poll: readiness spans many objects, no one event
+        if (len(service.loops) == len(gw.twins) and all(lp.binds for lp in service.loops.values())
+                and all(t.telemetry.mode for t in gw.twins.values())):
+            return
+        await anyio.sleep(0.1)
+    raise RuntimeError(f"the gateway's command consumers did not start within {timeout_s:.0f} s")
+
+
+async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
+    n = args.vehicles
+    nc, gw, service = await command_gateway(server, n, base, tmp)
     out: dict[str, Any] = {"vehicles": n, "command": args.command, "duration_s": args.duration}
 
     async def measure() -> None:
         try:
             await gw.ready.wait()
             tune_gc()  # as the daemon's process entry does
-            for _ in range(600):  # up to 60 s for every consumer bound and every mode known
-                if (len(service.loops) == n and all(lp.binds for lp in service.loops.values())
-                        and all(t.model.mode for t in gw.twins.values())):
-                    break
-                await anyio.sleep(0.1)
-            else:
-                raise RuntimeError("the gateway's command consumers did not start within 60 s")
-            out["links_up"] = sum(1 for t in gw.twins.values() if t.link.is_up)
+            await commands_ready(gw, service, 60.0)
+            out["links_up"] = sum(1 for t in gw.twins.values() if t.session.is_up)
             out["commands"] = await command_load(nc, gw, args.command, args.duration, args.warmup)
             out["ledger_entries"] = service.ledger.count_sync() if service.ledger else None
         finally:

@@ -30,18 +30,13 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from benchmarks.commands import summary
+from benchmarks.commands import command_gateway, commands_ready, summary
 from benchmarks.kit import report, start_sim, stop_process
-from drivers.mavlink.transport import Endpoint
 from gateway import logs
-from gateway.commands.consumer import CommandService
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
 from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 BASE_STREAM = "BENCH_MIXED_BASE"
@@ -117,31 +112,15 @@ async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> di
 
 
 async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
-    nc = await nats.connect(server.url)
-    await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     n = args.vehicles
-    cfg = GatewayConfig(
-        vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:04d}", endpoint=Endpoint.parse(f"tcp:127.0.0.1:{base + 10 * i}"))
-                       for i in range(n)),
-        nats=NatsOptions(servers=(server.url,)), env=ENV, instance="bench",
-        state_dir=Path(tmp) / "state", startup_timeout_s=max(15.0, n / 10),
-    )
-    gw = Gateway(cfg)
-    service = CommandService()
-    gw.services.append(service)
+    nc, gw, service = await command_gateway(server, n, base, tmp)
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration}
 
     async def measure() -> None:
         try:
             await gw.ready.wait()
             tune_gc()
-            for _ in range(1200):  # up to 120 s for every consumer bound and every mode known
-                if (len(service.loops) == n and all(lp.binds for lp in service.loops.values())
-                        and all(t.telemetry.mode for t in gw.twins.values())):
-                    break
-                await anyio.sleep(0.1)
-            else:
-                raise RuntimeError("the gateway's command consumers did not start within 120 s")
+            await commands_ready(gw, service, 120.0)
             print(f"gateway ready: {n} vehicles, measuring {args.duration:g} s at {args.cmd_rate:g} cmd/s", flush=True)
             await anyio.sleep(args.warmup)
             p0, t0 = gw.publisher.state_published, time.monotonic()
@@ -156,7 +135,7 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
                 tg.start_soon(cmds)
                 tg.start_soon(bare)
             wall = time.monotonic() - t0
-            expected = n * sum(cfg.rates_hz.values()) * wall
+            expected = n * sum(gw.cfg.rates_hz.values()) * wall
             out["state_msgs_per_s"] = round((gw.publisher.state_published - p0) / wall, 1)
             out["state_expected_per_s"] = round(expected / wall, 1)
             out["state_delivered_ratio"] = round((gw.publisher.state_published - p0) / expected, 3)

@@ -83,11 +83,8 @@ class EventBus:
         return len(self._handlers)
 
 
-class TelemetryView(Protocol):
-    """What services read of a vehicle's live telemetry model (read-only)."""
-
-    @property
-    def vid(self) -> str: ...
+class LiveState(Protocol):
+    """What a command's precondition reads of a vehicle's telemetry."""
 
     @property
     def armed(self) -> bool | None: ...
@@ -109,6 +106,13 @@ class TelemetryView(Protocol):
 
     @property
     def modes(self) -> ModeTable | None: ...
+
+
+class TelemetryView(LiveState, Protocol):
+    """What services read of a vehicle's live telemetry model (read-only)."""
+
+    @property
+    def vid(self) -> str: ...
 
     @property
     def last_boot_ms(self) -> int:

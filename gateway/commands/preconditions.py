@@ -8,36 +8,10 @@ which rule belongs to which command is decided once, in `spec.COMMANDS`.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from drivers.mavlink.autopilot import is_airborne
 from drivers.mavlink.modes import ModeTable, UnknownMode
 from gateway.contract.commands import Command, CommandInvalid
-
-
-class LiveState(Protocol):
-    """What preconditions read of the vehicle's telemetry (a subset of `gateway.services.TelemetryView`)."""
-
-    @property
-    def armed(self) -> bool | None: ...
-
-    @property
-    def mode(self) -> str | None: ...
-
-    @property
-    def failsafe_active(self) -> bool: ...
-
-    @property
-    def landed_state(self) -> int | None: ...
-
-    @property
-    def flavour(self) -> str: ...
-
-    @property
-    def vehicle_class(self) -> str: ...
-
-    @property
-    def modes(self) -> ModeTable | None: ...
+from gateway.services import LiveState
 
 # Modes in which an ArduPilot vehicle accepts MAV_CMD_NAV_TAKEOFF.
 ARDUPILOT_TAKEOFF_MODES: dict[str, frozenset[str]] = {

@@ -27,7 +27,6 @@ from gateway.commands.actions import (
     set_mode_params,
 )
 from gateway.commands.preconditions import (
-    LiveState,
     check_mode,
     failsafe_refusal,
     goto_failure,
@@ -59,6 +58,7 @@ from gateway.contract.commands import (
     CommandSpec,
     decode_command,
 )
+from gateway.services import LiveState
 
 Precondition = Callable[[Command, LiveState], "str | None"]
 VehicleCheck = Callable[[Command, "ModeTable | None"], None]
