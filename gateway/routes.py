@@ -42,6 +42,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from drivers.mavlink.link import FrameTap
+from drivers.mavlink.routeports import RoutePort, open_route_port
 from drivers.mavlink.router import (
     FrameSplitter,
     RouteFilter,
@@ -53,7 +54,6 @@ from drivers.mavlink.router import (
     refusal,
     transfer_step,
 )
-from drivers.mavlink.transport import RoutePort, open_route_port
 from gateway.config import RouteConfig
 from gateway.contract.errors import LinkError
 from gateway.contract.subjects import mav_down_subject, mav_up_subject

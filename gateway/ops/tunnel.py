@@ -26,8 +26,9 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from drivers.mavlink.routeports import RoutePort, open_route_port
 from drivers.mavlink.router import FrameSplitter
-from drivers.mavlink.transport import Endpoint, RoutePort, open_route_port
+from drivers.mavlink.transport import Endpoint
 from gateway.contract import natsconn
 from gateway.contract.errors import ConfigError
 from gateway.contract.subjects import check_token, mav_down_subject, mav_up_subject

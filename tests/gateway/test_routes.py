@@ -227,8 +227,9 @@ async def test_routing_overhead_per_frame(capsys: pytest.CaptureFixture[str]) ->
     Three parts: the link tap framing the bytes again, the router's fan-out
     (filter, loop table, counters), and the fan-out with a real udpout: send.
     """
+    from drivers.mavlink.routeports import open_route_port
     from drivers.mavlink.router import FrameSplitter
-    from drivers.mavlink.transport import Endpoint, open_route_port
+    from drivers.mavlink.transport import Endpoint
 
     mav = m.MAVLink(None, srcSystem=1, srcComponent=1)
     frames = [bytes(m.MAVLink_global_position_int_message(i, 1, 2, 3, 4, 5, 6, 7, 8).pack(mav)) for i in range(100)]
