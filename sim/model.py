@@ -768,6 +768,12 @@ class VehicleModel:
     def _try_mode(self, mode: Mode, reason: str) -> int:
         if mode is self.fmode:
             return ACCEPTED
+        # ArduCopter's Copter::set_mode: `ignore_checks = !motors->armed()` — disarmed, any mode
+        # is accepted (the arming checks guard the flight); the position and mission checks apply
+        # only to an armed vehicle. PX4's commander checks a mode's requirements either way.
+        if self.flavour.name == "ardupilot" and not self.armed:
+            self._enter_mode(mode, reason)
+            return ACCEPTED
         if mode.needs_position and not self.position_ok:
             self._text(R.MAV_SEVERITY_WARNING, f"Mode change to {mode.name} failed: requires position")
             return FAILED

@@ -110,13 +110,14 @@ async def test_expired_rejected_failed_timeout(provisioned: Client, nats_server:
         r = await rig.call("VID-001", "takeoff", {"alt_m": 10})
         assert (r.result, r.detail) == ("rejected", "takeoff needs the vehicle armed"), r
         assert rig.executions("VID-001", ARM) == 0 and rig.executions("VID-001", TAKEOFF) == 0
-        # failed: the vehicle answers MAV_RESULT_FAILED (AUTO without a mission)
+        # failed: the vehicle answers MAV_RESULT_FAILED (AUTO without a mission, armed: ArduCopter
+        # accepts any mode while disarmed, ModeAuto::init's ignore_checks)
+        assert (await rig.call("VID-001", "set_mode", {"mode": "GUIDED"})).accepted
+        assert (await rig.call("VID-001", "arm")).accepted
         r = await rig.call("VID-001", "set_mode", {"mode": "AUTO"})
         assert (r.result, r.mav_result) == ("failed", mavlink2.MAV_RESULT_FAILED), r
         assert r.detail == "vehicle answered failed"
         # rejected by the vehicle: DENIED (reposition to 0,0)
-        assert (await rig.call("VID-001", "set_mode", {"mode": "GUIDED"})).accepted
-        assert (await rig.call("VID-001", "arm")).accepted
         r = await rig.call("VID-001", "goto", {"lat_deg": 0.0, "lon_deg": 0.0, "alt_m": 10})
         assert (r.result, r.mav_result) == ("rejected", mavlink2.MAV_RESULT_DENIED), r
         # timeout: every COMMAND_ACK lost, link up (non-arming command: retried, then given up)
@@ -129,7 +130,7 @@ async def test_expired_rejected_failed_timeout(provisioned: Client, nats_server:
         assert (r.result, r.detail) == ("rejected", "reboot needs the vehicle disarmed"), r
         results = await cmd_results(provisioned)
     assert [d["result"] for d in results] == [
-        "expired", "rejected", "failed", "accepted", "accepted", "rejected", "timeout", "rejected",
+        "expired", "rejected", "accepted", "accepted", "failed", "rejected", "timeout", "rejected",
     ]
     assert len({d["cmd_id"] for d in results}) == len(results)
 
