@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import datetime as dt
 import fnmatch
+import json
 import shutil
 import sys
 from collections import deque
@@ -35,6 +36,7 @@ from nats.aio.msg import Msg
 from nats.js import api as jsapi
 
 from gateway.contract import natsconn
+from gateway.contract.errors import ConfigError
 from gateway.contract.subjects import event_filter, state_filter
 from gateway.contract.units import parse_duration_s
 from gateway.ops.read import (
@@ -108,6 +110,24 @@ class FleetView:
                 "-" if fresh.age_s is None else f"{fresh.age_s:.1f}s",
             ])
         return rows
+
+    def to_json(self, now: dt.datetime) -> dict[str, object]:
+        """What `--once --json` prints: a row per vehicle with its staleness, and the feed."""
+        vehicles = []
+        for vid in self.vehicles():
+            chans = {ch: r for (v, ch), r in self.state.items() if v == vid}
+            fresh = staleness(chans, now, self.stale_after_s)
+            status = chans["status"].data if "status" in chans else {}
+            vehicles.append({
+                "vid": vid, "stale": fresh.stale, "stale_reason": fresh.reason,
+                "age_s": None if fresh.age_s is None else round(fresh.age_s, 3),
+                # A stale row's last values are history: they are given, but under `last`.
+                **({"last": {ch: r.data for ch, r in chans.items()}} if fresh.stale else
+                   {"mode": status.get("mode"), "armed": status.get("armed"),
+                    "state": {ch: r.data for ch, r in chans.items()}}),
+            })
+        events = [{"time": e.time.isoformat(), "vid": e.vid, "type": e.kind, "data": e.data} for e in self.events]
+        return {"time": now.isoformat(), "vehicles": vehicles, "events": events}
 
     def render(self, now: dt.datetime, title: str = "", *, width: int | None = None, height: int | None = None) -> str:
         """The table and the feed; with `width`/`height` (a terminal's), cut to fit them."""
@@ -209,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
     p.add_argument("--once", action="store_true", help="print the current table once and exit (scripts, tests)")
+    p.add_argument("--json", action="store_true", help="with --once: the table and feed as JSON (for scripts)")
     p.add_argument("--vid", default="*", metavar="GLOB", help="only vehicles whose id matches, e.g. 'VID-01*'")
     p.add_argument("--all-events", action="store_true",
                    help="show every event (default: all but successful command results)")
@@ -226,8 +247,13 @@ async def run(args: argparse.Namespace) -> int:
             view = await snapshot(nc, args.env, stale_after_s=stale_after_s, vid_glob=args.vid,
                                   all_events=args.all_events)
             now = dt.datetime.now(dt.UTC)
-            print(view.render(now, f"mavjet fleet — env {args.env} — {now:%H:%M:%S}Z"))
+            if args.json:
+                print(json.dumps(view.to_json(now), indent=2, default=str))
+            else:
+                print(view.render(now, f"mavjet fleet — env {args.env} — {now:%H:%M:%S}Z"))
             return 0
+        if args.json:
+            raise ConfigError("json", "--json goes with --once (the live view is for people)")
         await show(nc, args.env, refresh_s=parse_duration_s(args.refresh),
                    duration_s=parse_duration_s(args.duration) if args.duration else None,
                    clear=not args.no_clear and sys.stdout.isatty(), stale_after_s=stale_after_s,

@@ -93,5 +93,10 @@ async def test_sigkilled_gateway_marks_its_vehicle_stale_within_10s(
     assert "stale: gateway gone" in row and "ARMED" not in row and " up " not in row, row
     after = await _twin(url, "VID-001")
     assert after["stale"] is True and after["stale_reason"] == "gateway gone", after
+    rc, out, err = await _cli(url, "fleet", "--once", "--json")
+    assert rc == 0, err
+    rows = {r["vid"]: r for r in json.loads(out)["vehicles"]}
+    assert rows["VID-001"]["stale"] is True and rows["VID-001"]["stale_reason"] == "gateway gone"
+    assert "armed" not in rows["VID-001"] and "last" in rows["VID-001"]
     # The liveness record is 1 Hz, samples 10 Hz: the newest sample may be younger than it.
     assert after["gateway_age_s"] > 5.0 and after["age_s"] > 3.5, after

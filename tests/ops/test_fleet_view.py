@@ -63,3 +63,16 @@ def test_feed_hides_successful_command_results_unless_asked() -> None:
         view.on_event(event("VID-001", "failsafe", 3, failsafe_type="battery"))
     assert [(e.kind, e.data.get("result")) for e in quiet.events] == [("cmd_result", "rejected"), ("failsafe", None)]
     assert len(loud.events) == 3
+
+
+def test_json_gives_rows_with_staleness_and_hides_stale_values_under_last() -> None:
+    view = fleet(2)
+    old = NOW - dt.timedelta(seconds=60)
+    view.on_state(Record("fleet.t.veh.VID-009.state.status", "VID-009", "status", 1, old, {"mode": "AUTO", "armed": True}))
+    view.on_state(Record("fleet.t.veh.VID-009.state.link", "VID-009", "link", 1, old, {"state": "up", "period_s": 1.0}))
+    doc = view.to_json(NOW)
+    rows = {r["vid"]: r for r in doc["vehicles"]}  # type: ignore[union-attr,index]
+    assert rows["VID-001"]["stale"] is False and rows["VID-001"]["mode"] == "GUIDED_NOGPS_LONG_MODE"
+    assert rows["VID-009"]["stale"] is True and "armed" not in rows["VID-009"]
+    assert rows["VID-009"]["last"]["status"]["armed"] is True
+    assert len(doc["events"]) == 12  # type: ignore[arg-type]
