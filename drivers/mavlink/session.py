@@ -427,7 +427,7 @@ class VehicleSession:
         self, items: Sequence[MissionItem], mission_type: int = MISSION, *, config: ProtocolConfig | None = None
     ) -> TransferReport:
         return await transfers.upload_mission(
-            self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock
+            self.link, items, mission_type, config=self._cfg(config), lock=self._transfer_lock, flavour=self.flavour
         )
 
     async def upload_and_verify(

@@ -133,10 +133,13 @@ async def upload_mission(
     *,
     config: ProtocolConfig = DEFAULT_CONFIG,
     lock: anyio.Lock | None = None,
+    flavour: Flavour | str | None = None,
 ) -> TransferReport:
-    """Upload `items` (seq 0..n-1) as `mission_type`; raises MissionRejected, MissionTimeout, ProtocolError."""
+    """Upload `items` (mavjet's layout, seq 0..n-1) as `mission_type`, as the vehicle numbers them
+    (`to_vehicle`, the inverse of what `download_mission` applies); raises MissionRejected,
+    MissionTimeout, ProtocolError."""
     async with _held(lock):
-        return await _upload(port, items, mission_type, config)
+        return await _upload(port, to_vehicle(items, mission_type, flavour), mission_type, config)
 
 
 async def download_mission(

@@ -11,7 +11,7 @@ import pytest
 
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.link import LinkConfig, LinkState, MavlinkLink
-from drivers.mavlink.mission import FENCE
+from drivers.mavlink.mission import FENCE, MISSION
 from drivers.mavlink.modes import UnknownMode
 from drivers.mavlink.plan import digest, parse_plan
 from drivers.mavlink.session import Session, VehicleSession
@@ -119,3 +119,15 @@ async def test_session_arm_is_never_forced() -> None:
             assert not fleet.vehicles[0].armed
             assert not session.is_airborne() and session.modes is None  # no flight state given
             tg.cancel_scope.cancel()
+
+
+async def test_px4_plain_upload_sends_no_home_and_downloads_in_mavjets_layout() -> None:
+    # upload_mission is the inverse of download_mission on PX4 too: the home (seq 0) is not sent.
+    plan = parse_plan(DEMO.read_text())
+    async with sim_session("px4") as (session, v, _model):
+        report = await session.upload_mission(plan.mission)
+        stored = v.missions.items(MISSION)
+        assert report.count == len(plan.mission) - 1 == len(stored)
+        assert (stored[0].seq, stored[0].command) == (0, plan.mission[1].command)
+        back = await session.download_mission()
+        assert [it.seq for it in back] == [it.seq for it in plan.mission]
