@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from benchmarks.kit import percentile, report, start_sim, stop_process
+from benchmarks.kit import nats_and_sim, percentile, report
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.commands.consumer import CommandService
@@ -40,7 +39,6 @@ from gateway.contract.natsconn import NatsOptions
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
-from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
@@ -214,17 +212,8 @@ def main(argv: list[str]) -> int:
         print("mavjet bench commands: --vehicles must be >= 1 and --duration > 0", file=sys.stderr)
         return 2
     logs.configure("warning")
-    tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-cmd-")
-    server = NatsServer(store_dir=f"{tmp.name}/js")
-    server.start()
     n = args.vehicles
-    base = pick_base_port(n, preferred=26760)
-    sim = start_sim(n, base)
-    try:
-        res = anyio.run(run, args, server, base, tmp.name, backend="asyncio")
-    finally:
-        stop_process(sim)
-        server.cleanup()
-        tmp.cleanup()
+    with nats_and_sim(n, preferred_port=26760, prefix="mavjet-bench-cmd-") as (server, _sim, base, tmp):
+        res = anyio.run(run, args, server, base, tmp, backend="asyncio")
     report(res, args.json or Path(f"bench-commands-{n}.json"), width=30)
     return 0

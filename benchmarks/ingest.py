@@ -13,7 +13,6 @@ import asyncio
 import os
 import resource
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,14 @@ import anyio
 import msgpack
 import nats
 
-from benchmarks.kit import percentile, report, start_sim, stop_process
+from benchmarks.kit import nats_and_sim, percentile, report
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.config import GatewayConfig, VehicleConfig
+from gateway.contract.envelope import unpack
 from gateway.contract.natsconn import NatsOptions
 from gateway.daemon import Gateway, tune_gc
-from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
@@ -114,8 +113,6 @@ class OrderCheck:
         self.reordered = 0
 
     async def on_msg(self, msg: Any) -> None:
-        from gateway.contract.envelope import unpack
-
         t = unpack(msg.data).time_ns
         prev = self.last_ns.get(msg.subject)
         if prev is not None and t < prev:
@@ -225,18 +222,9 @@ def ingest_main(argv: list[str]) -> int:
         return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json)
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
-    tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-")
-    server = NatsServer(store_dir=f"{tmp.name}/js")
-    server.start()
-    n = args.vehicles
-    base = pick_base_port(n + 1, preferred=25760)
-    sim = start_sim(n + 1, base)
-    try:
-        res = anyio.run(run_ingest, args, server, sim, base, tmp.name, backend="asyncio", backend_options=backend_options)
-    finally:
-        stop_process(sim)
-        server.cleanup()
-        tmp.cleanup()
+    # One vehicle more than the gateway serves: the ceiling's sample is recorded from it.
+    with nats_and_sim(args.vehicles + 1, preferred_port=25760) as (server, sim, base, tmp):
+        res = anyio.run(run_ingest, args, server, sim, base, tmp, backend="asyncio", backend_options=backend_options)
     report(res, args.json or Path(f"bench-ingest-{args.vehicles}.json"))
     if res.get("order_reordered_samples"):
         print(f"mavjet bench ingest: {res['order_reordered_samples']} state samples arrived out of order", flush=True)

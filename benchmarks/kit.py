@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from gateway.ops.demo import pick_base_port
+from gateway.ops.natsserver import NatsServer
 
 
 def percentile(values: Sequence[float], q: float, *, scale: float = 1.0, digits: int = 3) -> float | None:
@@ -55,6 +60,27 @@ def start_sim(
             raise SystemExit(f"mavjet bench: the simulator did not report ready ({ready_timeout_s:.0f} s):\n{tail}")
     print(f"sim ready: {vehicles} vehicles in {time.monotonic() - started:.1f} s", flush=True)
     return proc
+
+
+@contextmanager
+def nats_and_sim(
+    sim_vehicles: int, *, preferred_port: int, prefix: str = "mavjet-bench-"
+) -> Iterator[tuple[NatsServer, subprocess.Popen[bytes], int, str]]:
+    """A nats-server in a temporary directory and the simulator with `sim_vehicles`, both stopped
+    and the directory removed on the way out: `(server, sim, base_port, tmp_dir)`."""
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    server = NatsServer(store_dir=f"{tmp.name}/js")
+    sim: subprocess.Popen[bytes] | None = None
+    try:
+        server.start()
+        base = pick_base_port(sim_vehicles, preferred=preferred_port)
+        sim = start_sim(sim_vehicles, base)
+        yield server, sim, base, tmp.name
+    finally:
+        if sim is not None:
+            stop_process(sim)
+        server.cleanup()
+        tmp.cleanup()
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:

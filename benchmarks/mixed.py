@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,10 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
 from benchmarks.commands import command_gateway, commands_ready, summary
-from benchmarks.kit import report, start_sim, stop_process
+from benchmarks.kit import nats_and_sim, report
 from gateway import logs
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
-from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
 
 ENV = "bench"
@@ -170,16 +168,7 @@ def main(argv: list[str]) -> int:
         print("mavjet bench mixed: --cmd-rate must be > 0 and --vehicles >= 1", file=sys.stderr)
         return 2
     logs.configure("warning")
-    tmp = tempfile.TemporaryDirectory(prefix="mavjet-bench-")
-    server = NatsServer(store_dir=f"{tmp.name}/js")
-    server.start()
-    base = pick_base_port(args.vehicles, preferred=26760)
-    sim = start_sim(args.vehicles, base)
-    try:
-        res = asyncio.run(run(args, server, base, tmp.name))
-    finally:
-        stop_process(sim)
-        server.cleanup()
-        tmp.cleanup()
+    with nats_and_sim(args.vehicles, preferred_port=26760) as (server, _sim, base, tmp):
+        res = asyncio.run(run(args, server, base, tmp))
     report(res, args.json or Path(f"bench-mixed-{args.vehicles}.json"))
     return 0
