@@ -145,20 +145,16 @@ class VehicleTwin:
         never held back. An internal event only reaches the subscribers.
         """
         if ev.internal:
-            if self.events:
-                self.events.publish(ev)
-            return
-        if enqueue and not self.budget.admit(ev.type, ev.time_ns):
+            pass
+        elif enqueue and not self.budget.admit(ev.type, ev.time_ns):
             self.metrics.events_suppressed.labels(type=ev.type).inc()
-            if self.events:
-                self.events.publish(ev)
-            return
-        self.metrics.events.labels(type=ev.type).inc()
-        if enqueue:
-            if payload is None:
-                payload = envelope.pack(self.vid, ev.time_ns, ev.data)
-            self.publisher.enqueue_event(event_subject(self.cfg.env, self.vid, ev.type), ev.msg_id, payload)
-        if self.events:
+        else:
+            self.metrics.events.labels(type=ev.type).inc()
+            if enqueue:
+                if payload is None:
+                    payload = envelope.pack(self.vid, ev.time_ns, ev.data)
+                self.publisher.enqueue_event(event_subject(self.cfg.env, self.vid, ev.type), ev.msg_id, payload)
+        if self.events:  # every event, whatever became of it above, reaches the subscribers
             self.events.publish(ev)
 
     def publish_events(self, events: Iterable[Event]) -> None:

@@ -143,6 +143,7 @@ class FleetView:
         lines = [title] if title else []
         lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
         table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        table = table or ["(no vehicles yet)"]  # a line like any row: the height below counts it
         feed = [format_event(e) for e in self.events] or ["(none yet)"]
         if height is not None:
             # Title, header, blank, EVENTS heading and at least 3 feed lines are kept.
@@ -152,8 +153,6 @@ class FleetView:
                 table = [*table[: room - 1], f"… {hidden} more (--vid GLOB to filter)"]
             feed = feed[-max(1, height - len(lines) - len(table) - 2):]
         lines += table
-        if not rows:
-            lines.append("(no vehicles yet)")
         lines.append("")
         lines.append("EVENTS")
         lines += feed

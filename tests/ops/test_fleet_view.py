@@ -76,3 +76,11 @@ def test_json_gives_rows_with_staleness_and_hides_stale_values_under_last() -> N
     assert rows["VID-009"]["stale"] is True and "armed" not in rows["VID-009"]
     assert rows["VID-009"]["last"]["status"]["armed"] is True
     assert len(doc["events"]) == 12  # type: ignore[arg-type]
+
+
+def test_an_empty_fleet_with_a_full_feed_fits_the_height_too() -> None:
+    view = FleetView()
+    for i in range(12):
+        view.on_event(event("VID-001", "statustext", i, severity=6, text="hello"))
+    lines = view.render(NOW, "title", width=80, height=10).splitlines()
+    assert len(lines) <= 10 and "(no vehicles yet)" in lines and lines[-1].count("statustext") == 1
