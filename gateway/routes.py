@@ -8,7 +8,13 @@ frames (`drivers.mavlink.link.FrameTap`) and:
   signature), to every route whose filter accepts its source
   (`drivers.mavlink.router.Router`, with mavlink-router's loop prevention);
 - forwards every frame a route sends to the vehicle, untouched, through one
-  task that also keeps transfers apart.
+  task that also keeps transfers apart;
+- forwards a route's frame to the other routes of the same hub as
+  mavlink-router does (`Router.to_routes`): broadcast frames to all, targeted
+  ones to the route where the target was seen, never back to the route it
+  came from; so two ground stations (or a ground station and a companion
+  app) see each other. The tunnel has its own hub: tunnel and socket routes
+  do not exchange frames.
 
 Transfers. An autopilot serves one mission-protocol transfer at a time, and
 mavjet's own (commands, the shadow) hold the session's transfer lock. A
@@ -117,9 +123,18 @@ class RouteHub:
                 self._splitters.clear()
             splitter = self._splitters[key] = FrameSplitter()
         now = time.monotonic()
+        router = self.router
         for frame in splitter.feed(data):
-            if self.router.from_route(name, frame, now):
+            if router.from_route(name, frame, now):
                 self._queue(name, frame)
+                for other in router.to_routes(name, frame) if len(self._senders) > 1 else ():
+                    st = router.stats[other]
+                    if self._senders[other](frame):
+                        st.frames_out += 1
+                        st.bytes_out += len(frame)
+                        st.frames_routed += 1
+                    else:
+                        st.dropped += 1
 
     def _queue(self, name: str, frame: bytes) -> None:
         try:

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tick-ms", type=float, default=50.0, help="wall milliseconds between simulation ticks")
     p.add_argument("--battery-drain", type=float, default=1.0, help="battery drain multiplier")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--terrain-tiles", action="store_true",
+                   help="vehicles hold terrain files for their area (ArduPilot: TERRAIN_REPORT healthy, no TERRAIN_REQUEST)")
     p.add_argument("--stats", type=float, default=0.0, metavar="S", help="print load figures to stderr every S seconds")
     return p
 
@@ -75,6 +77,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tick_s=args.tick_ms / 1000.0,
         battery_drain_scale=args.battery_drain,
         seed=args.seed,
+        terrain_tiles=args.terrain_tiles,
     )
 
 

@@ -80,6 +80,7 @@ class SimConfig:
     confirmation_window_s: float = 5.0
     battery_drain_scale: float = 1.0
     seed: int = 0
+    terrain_tiles: bool = False  # every vehicle holds terrain files for its area (TERRAIN_REPORT healthy)
 
     def __post_init__(self) -> None:
         if not 1 <= self.vehicles <= 10_000:
@@ -187,6 +188,7 @@ class SimFleet:
                     confirmation_window_s=cfg.confirmation_window_s,
                     battery_drain_scale=cfg.battery_drain_scale,
                     seed=cfg.seed * 100_003 + i,
+                    terrain_preloaded=cfg.terrain_tiles,
                 )
                 v = SimVehicle(
                     opts,

@@ -31,7 +31,7 @@ from sim import geo, params, streams
 from sim.logs import DISARM_TEXT, LogServer, default_logs
 from sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
 from sim.modes import Mode, SimFlavour, px4_custom
-from sim.terrain import TerrainServer
+from sim.terrain import TERRAIN_FRAMES, TerrainServer
 
 MAX_DT: Final = 0.1  # physics and telemetry resolution, sim seconds
 FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
@@ -95,6 +95,7 @@ class VehicleOptions:
     confirmation_window_s: float = 5.0
     battery_drain_scale: float = 1.0
     seed: int = 0
+    terrain_preloaded: bool = False  # terrain files for the area on the "SD card" (sim/terrain.py)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +162,11 @@ class VehicleModel:
         self.compid = COMP_AUTOPILOT
         self.params: dict[str, float] = params.defaults(opts.sysid)
         self.missions = MissionServer(ardupilot=opts.flavour.name == "ardupilot")
-        self.terrain = TerrainServer()  # terrain grids wanted by terrain-frame items (TERRAIN_REQUEST)
+        self.terrain = TerrainServer(preloaded=opts.terrain_preloaded, ground_amsl_m=opts.ground_amsl_m)
+        # The terrain cache's 1 Hz work runs once terrain is asked about (a stream, a TERRAIN_CHECK, mission
+        # points): nothing is visible before that, and a load test's fleet does not pay for it.
+        self._terrain_in_use = opts.terrain_preloaded
+        self._terrain_required = False  # the mission holds terrain-frame items (set when a mission is committed)
         self.logs = LogServer(partial(default_logs, opts.sysid))  # dataflash logs served by the log protocol
         self.schedule = streams.Schedule()
         self.out: list[Any] = []
@@ -446,14 +451,36 @@ class VehicleModel:
             self.out.extend(self.logs.on_request_end())
 
     def _on_terrain_data(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
-        self.terrain.on_data(msg)
+        if self.params["TERRAIN_ENABLE"]:
+            self.terrain.on_data(msg)
+
+    def _on_terrain_check(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+        """Answered at once for that point (AP_Terrain::handle_terrain_check); a new block starts loading."""
+        if self.flavour.name != "ardupilot":
+            return  # PX4 has no terrain protocol (and refuses terrain frames)
+        lat, lon = int(msg.lat), int(msg.lon)
+        if not self.params["TERRAIN_ENABLE"]:  # no cache allocated: no data, nothing pending
+            self._send(mavlink2.MAVLink_terrain_report_message(lat, lon, 0, 0.0, 0.0, 0, 0))
+            return
+        self._terrain_in_use = True
+        self._send(self.terrain.report(lat, lon, home=self._terrain_home(), rel_alt_m=self.alt_m))
+
+    def _terrain_position(self) -> tuple[int, int] | None:
+        return (round(self.lat_deg * 1e7), round(self.lon_deg * 1e7)) if self.position_ok else None
+
+    def _terrain_home(self) -> tuple[int, int] | None:
+        return None if self.home is None else (round(self.home[0] * 1e7), round(self.home[1] * 1e7))
+
 
     def _mission_committed(self) -> None:
         if MISSION in self.missions.changed:
             self.missions.changed.discard(MISSION)
             self.mission_seq = 1
             self.item_started = False
-            self.terrain.need_for(self._mission()[1:])
+            self.terrain.set_points(self._mission()[1:])
+            # AP_Arming::terrain_database_required: the mission holds terrain-frame items.
+            self._terrain_required = any(int(it.frame) in TERRAIN_FRAMES for it in self._mission()[1:])
+            self._terrain_in_use = self._terrain_in_use or not self.terrain.points_done
             self.mission_state = R.MISSION_STATE_NOT_STARTED if len(self._mission()) > 1 else R.MISSION_STATE_NO_MISSION
             if self.fmode.behaviour == "auto" and len(self._mission()) <= 1:
                 self._enter_mode(self._mode_or_die(self.flavour.hold), "mission_cleared")
@@ -730,8 +757,11 @@ class VehicleModel:
             return "PreArm: Battery 1 below minimum arming voltage"
         if self.params["FENCE_ENABLE"] and self._fence_breach() != 0:
             return "PreArm: Fence: vehicle outside fence"
-        if self.params["TERRAIN_ENABLE"] and self.terrain.pending:
-            return "PreArm: waiting for terrain data"
+        if self._terrain_required:
+            if not self.params["TERRAIN_ENABLE"]:
+                return "PreArm: terrain disabled"
+            if not self.terrain.prearm_ok(self._terrain_position(), self._terrain_home()):
+                return "PreArm: waiting for terrain data"
         return None
 
     def disarm(self, *, force: bool = False) -> int:
@@ -871,8 +901,8 @@ class VehicleModel:
     def _prearm_update(self) -> None:
         """ArduPilot's 1 Hz pre-arm pass: print a failing check every PREARM_DISPLAY_S, or at once when it starts failing.
 
-        Also asks for missing terrain (TERRAIN_REQUEST), which ArduPilot does at
-        its terrain stream's rate; here once a second while any is missing.
+        Also AP_Terrain's 1 Hz update (disk reads, home, surroundings, mission
+        points); its TERRAIN_REQUEST goes out from the stream scheduler instead.
         """
         self._next_prearm_check = self.now + 1.0
         failing = None if self.armed or self.params["ARMING_CHECK"] == 0 else self._prearm_failure()
@@ -881,10 +911,8 @@ class VehicleModel:
             self._next_prearm_text = self.now + PREARM_DISPLAY_S
             self._text(R.MAV_SEVERITY_CRITICAL, failing)
         self._prearm_ok = failing is None
-        if self.params["TERRAIN_ENABLE"]:
-            request = self.terrain.request()
-            if request is not None:
-                self._send(request)
+        if self._terrain_in_use and self.params["TERRAIN_ENABLE"]:
+            self.terrain.tick(self._terrain_position(), self._terrain_home())
 
     # ------------------------------------------------------------------ kinematics
     def _physics(self, dt: float) -> None:
@@ -1365,6 +1393,19 @@ class VehicleModel:
     def _e_extended_sys_state(self, force: bool) -> None:
         self.out.append((enc.EXTENDED_SYS_STATE, (0, self.landed_state)))
 
+    def _e_terrain_request(self, force: bool) -> None:
+        if self.params["TERRAIN_ENABLE"] and self.flavour.name == "ardupilot":
+            self._terrain_in_use = True
+            msg = self.terrain.request(self._terrain_position(), self.now)
+            if msg is not None:
+                self.out.append(msg)
+
+    def _e_terrain_report(self, force: bool) -> None:
+        pos = self._terrain_position()
+        if self.params["TERRAIN_ENABLE"] and pos is not None and self.flavour.name == "ardupilot":
+            self._terrain_in_use = True
+            self.out.append(self.terrain.report(*pos, home=self._terrain_home(), rel_alt_m=self.alt_m))
+
     def _e_system_time(self, force: bool) -> None:
         self.out.append((enc.SYSTEM_TIME, (self._unix_us(), int((self.now - self.boot_at) * 1000))))
 
@@ -1444,6 +1485,7 @@ _HANDLERS: Final[dict[str, Any]] = {
     "MISSION_SET_CURRENT": VehicleModel._on_mission_set_current,
     "MISSION_ACK": VehicleModel._on_mission_ack,
     "TERRAIN_DATA": VehicleModel._on_terrain_data,
+    "TERRAIN_CHECK": VehicleModel._on_terrain_check,
     "LOG_REQUEST_LIST": VehicleModel._on_log_message,
     "LOG_REQUEST_DATA": VehicleModel._on_log_message,
     "LOG_REQUEST_END": VehicleModel._on_log_message,
@@ -1461,6 +1503,8 @@ _EMITTERS: Final[dict[int, Any]] = {
     streams.VFR_HUD: VehicleModel._e_vfr_hud,
     streams.EXTENDED_SYS_STATE: VehicleModel._e_extended_sys_state,
     streams.SYSTEM_TIME: VehicleModel._e_system_time,
+    streams.TERRAIN_REQUEST: VehicleModel._e_terrain_request,
+    streams.TERRAIN_REPORT: VehicleModel._e_terrain_report,
     streams.BATTERY_STATUS: VehicleModel._e_battery_status,
     streams.HOME_POSITION: VehicleModel._e_home_position,
     streams.MISSION_CURRENT: VehicleModel._e_mission_current,

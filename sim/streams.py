@@ -28,6 +28,8 @@ ATTITUDE: Final = 30
 GLOBAL_POSITION_INT: Final = 33
 MISSION_CURRENT: Final = 42
 VFR_HUD: Final = 74
+TERRAIN_REQUEST: Final = 133  # ArduPilot's MSG_TERRAIN_REQUEST (sim/terrain.py)
+TERRAIN_REPORT: Final = 136
 BATTERY_STATUS: Final = 147
 FENCE_STATUS: Final = 162
 HOME_POSITION: Final = 242
@@ -43,6 +45,8 @@ STREAMABLE: Final = frozenset(
         GLOBAL_POSITION_INT,
         MISSION_CURRENT,
         VFR_HUD,
+        TERRAIN_REQUEST,
+        TERRAIN_REPORT,
         BATTERY_STATUS,
         FENCE_STATUS,
         HOME_POSITION,
@@ -57,7 +61,7 @@ GROUPS: Final[dict[int, tuple[int, ...]]] = {
     6: (GLOBAL_POSITION_INT,),  # POSITION
     10: (ATTITUDE,),  # EXTRA1
     11: (VFR_HUD,),  # EXTRA2
-    12: (SYSTEM_TIME, BATTERY_STATUS),  # EXTRA3
+    12: (SYSTEM_TIME, BATTERY_STATUS, TERRAIN_REQUEST, TERRAIN_REPORT),  # EXTRA3
 }
 ALL_STREAMS: Final = 0  # MAV_DATA_STREAM_ALL
 MAX_CATCH_UP: Final = 3  # slots sent at once after a stall, at most

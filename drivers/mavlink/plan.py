@@ -18,8 +18,10 @@ the pure conversion (no I/O beyond `json.loads` of text handed in):
   digest skips seq 0 by default; compare an upload with its download by digest.
 - Validation: an item a vehicle would refuse is refused here, named by its
   index in the plan (`mission.items[5]: NAV_WAYPOINT in a global frame needs
-  an altitude (param7 is null)`); terrain-relative frames are refused (the
-  gateway serves no terrain data, so the vehicle could not arm).
+  an altitude (param7 is null)`). Terrain-relative frames (10, 11) pass
+  here: only the vehicle can say whether it holds terrain data for them, so
+  the gateway asks it before each upload (drivers.mavlink.terrain) and
+  refuses the plan there, naming the item.
 
 Errors are `PlanError` with `path` naming the offending field
 (`mission.items[3].params`), so an operator can fix the file.
@@ -37,6 +39,7 @@ from typing import Any
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
 from drivers.mavlink.normalise import command_name, digest_form, is_positional
+from drivers.mavlink.terrain import TERRAIN_FRAMES
 from gateway.contract.errors import MavjetError
 
 MAV_CMD_NAV_WAYPOINT = mavlink2.MAV_CMD_NAV_WAYPOINT
@@ -48,7 +51,6 @@ FENCE_CIRCLE_EXCLUSION = mavlink2.MAV_CMD_NAV_FENCE_CIRCLE_EXCLUSION
 RALLY_POINT = mavlink2.MAV_CMD_NAV_RALLY_POINT
 
 KNOWN_FRAMES = frozenset(range(0, 22))  # MAV_FRAME values defined by MAVLink
-TERRAIN_FRAMES = frozenset({mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT, mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT})
 MAX_PLAN_BYTES = 4 * 1024 * 1024
 
 
@@ -73,6 +75,11 @@ class Plan:
     @property
     def mission_digest(self) -> str:
         return digest(self.mission)
+
+    @property
+    def terrain_items(self) -> int:
+        """Mission items in a terrain-relative frame: the vehicle decides whether it can fly them."""
+        return sum(1 for it in self.mission if it.frame in TERRAIN_FRAMES)
 
     def items_for(self, mission_type: int) -> tuple[MissionItem, ...]:
         return {MISSION: self.mission, FENCE: self.fence, RALLY: self.rally}[mission_type]
@@ -234,12 +241,6 @@ def _mission_items(raw_items: Sequence[Any], home: tuple[float, float, float] | 
 def _check_item(path: str, command: int, frame: int, p: Sequence[float]) -> None:
     """Refuse what a vehicle would refuse or could not fly, naming the item and the field."""
     name = command_name(command)
-    if frame in TERRAIN_FRAMES:
-        raise PlanError(
-            path,
-            f"{name} uses a terrain-relative altitude (frame {frame}): the vehicle needs terrain data"
-            " that mavjet does not serve, so it would refuse to arm; use frame 3 (relative to home)",
-        )
     if frame in GLOBAL_FRAMES and is_positional(command) and math.isnan(p[6]):
         raise PlanError(path, f"{name} in a global frame needs an altitude (param7 is null)")
 

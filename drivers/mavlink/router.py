@@ -9,7 +9,12 @@ verifies it with its own key.
   and 2, signature included) without decoding them.
 - `Router` decides where a frame goes: every vehicle frame to every route
   whose filter accepts its source (sysid/compid), every route frame to the
-  vehicle. Loop prevention as mavlink-router does it: a source (sysid,
+  vehicle, and a route frame also to the other routes the way mavlink-router's
+  `Endpoint::accept_msg` decides: never back to the route it came from (nor
+  to one where its source was seen), only through the other route's source
+  filter, and only when it is broadcast (no target, or target_system 0) or
+  its target (sysid, and compid unless that is 0) has been seen on that route.
+  Loop prevention as mavlink-router does it: a source (sysid,
   compid) is remembered on the side it was first seen; a frame coming back
   from another side within `loop_window_s` is a loop (a route that echoes, two
   routes to the same ground station) and is dropped, counted.
@@ -20,6 +25,8 @@ verifies it with its own key.
 
 from __future__ import annotations
 
+import re
+import struct
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -38,6 +45,35 @@ def frame_source(frame: bytes) -> tuple[int, int]:
     if frame[0] == 0xFD:
         return frame[5], frame[6]
     return frame[3], frame[4]
+
+
+def _target_offsets() -> dict[int, tuple[int, int | None]]:
+    """msgid -> (offset of target_system, offset of target_component or None) in the wire payload."""
+    out: dict[int, tuple[int, int | None]] = {}
+    for msgid, cls in mavlink2.mavlink_map.items():
+        names = list(cls.ordered_fieldnames)
+        if "target_system" not in names:
+            continue
+        codes = re.findall(r"\d*[a-zA-Z?]", cls.unpacker.format.lstrip("<"))
+        offsets = {n: struct.calcsize("<" + "".join(codes[:k])) for k, n in enumerate(names)}
+        out[msgid] = (offsets["target_system"], offsets.get("target_component"))
+    return out
+
+
+_TARGETS: Final = _target_offsets()
+
+
+def frame_target(frame: bytes) -> tuple[int, int]:
+    """(target_system, target_component) of a frame; 0 for a message without one (broadcast) or a trimmed zero."""
+    msgid = frame_msgid(frame)
+    offs = _TARGETS.get(msgid)
+    if offs is None:
+        return 0, 0
+    head = 10 if frame[0] == 0xFD else 6
+    plen = frame[1]
+    ts = frame[head + offs[0]] if offs[0] < plen else 0
+    tc = frame[head + offs[1]] if offs[1] is not None and offs[1] < plen else 0
+    return ts, tc
 
 
 def frame_msgid(frame: bytes) -> int:
@@ -114,6 +150,7 @@ class RouteStats:
     bytes_in: int = 0
     filtered: int = 0  # vehicle frames the route's filter refused
     loops: int = 0  # route frames dropped by loop prevention
+    frames_routed: int = 0  # frames from another route (route -> route), also counted in frames_out
     dropped: int = 0  # frames lost to a full buffer or a failed send
     refused: int = 0  # transfers refused because another was in progress
 
@@ -130,6 +167,8 @@ class Router:
     stats: dict[str, RouteStats] = field(default_factory=dict)
     # (sysid, compid) -> (side it was seen on, when last seen)
     seen: dict[tuple[int, int], tuple[str, float]] = field(default_factory=dict)
+    # side -> the (sysid, compid) last seen there: where a targeted route frame may go
+    ids: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
 
     def add_route(self, name: str, flt: RouteFilter | None = None) -> RouteStats:
         self.filters[name] = flt or RouteFilter()
@@ -138,8 +177,12 @@ class Router:
     def _learn(self, side: str, src: tuple[int, int], now_s: float) -> bool:
         """Record `src` on `side`; False when it was seen on another side within the loop window."""
         prev = self.seen.get(src)
-        if prev is not None and prev[0] != side and now_s - prev[1] < self.loop_window_s:
-            return False
+        if prev is not None and prev[0] != side:
+            if now_s - prev[1] < self.loop_window_s:
+                return False
+            self.ids.get(prev[0], set()).discard(src)  # it moved: targeted frames follow it
+        if prev is None or prev[0] != side:
+            self.ids.setdefault(side, set()).add(src)
         self.seen[src] = (side, now_s)
         return True
 
@@ -154,6 +197,24 @@ class Router:
                 out.append(name)
             else:
                 self.stats[name].filtered += 1
+        return out
+
+    def to_routes(self, name: str, frame: bytes) -> list[str]:
+        """The other routes a frame from route `name` goes to (call after `from_route` accepted it)."""
+        src = frame_source(frame)
+        ts, tc = frame_target(frame)
+        out: list[str] = []
+        for other, flt in self.filters.items():
+            if other == name:
+                continue  # never back where it came from
+            known = self.ids.get(other, ())
+            if src in known:
+                continue
+            if not flt.accepts(*src):
+                self.stats[other].filtered += 1
+                continue
+            if ts == 0 or (tc != 0 and (ts, tc) in known) or (tc == 0 and any(s == ts for s, _ in known)):
+                out.append(other)
         return out
 
     def from_route(self, name: str, frame: bytes, now_s: float) -> bool:

@@ -54,6 +54,13 @@ from drivers.mavlink.mission import MISSION, MissionItem
 from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
 from drivers.mavlink.params import ParamValue
 from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig
+from drivers.mavlink.terrain import (
+    DEFAULT_TERRAIN_CHECK,
+    Point,
+    TerrainCheck,
+    TerrainCheckConfig,
+    TerrainReport,
+)
 from drivers.mavlink.transfers import TransferReport
 from gateway.contract.errors import LinkError
 
@@ -210,6 +217,10 @@ class Session(Protocol):
 
     # -- flight logs --------------------------------------------------------
     async def list_logs(self, *, config: LogConfig = DEFAULT_LOG_CONFIG) -> list[LogEntry]: ...
+
+    async def terrain_reports(
+        self, points: Sequence[Point], *, config: TerrainCheckConfig = DEFAULT_TERRAIN_CHECK
+    ) -> dict[Point, TerrainReport]: ...
 
     async def download_log(
         self, log_id: int, size_bytes: int, sink: LogSink, *, offset: int = 0, config: LogConfig = DEFAULT_LOG_CONFIG
@@ -482,6 +493,16 @@ class VehicleSession:
             "AUTOPILOT_VERSION", wait_s=wait_s, config=config,
         )  # fmt: skip
         return None if msg is None else autopilot_version_fields(msg)
+
+    async def terrain_reports(
+        self, points: Sequence[Point], *, config: TerrainCheckConfig = DEFAULT_TERRAIN_CHECK
+    ) -> dict[Point, TerrainReport]:
+        """The vehicle's TERRAIN_REPORT for each point (TERRAIN_CHECK, terrain.py); unanswered points are absent."""
+        machine = TerrainCheck(points=list(points), target_system=runner.target_system_of(self.link), config=config)
+        if points:
+            async with self.link.listen(_REPLY_BUFFER) as rx:
+                await runner.drive(self.link, machine, rx)
+        return machine.reports
 
     # -- flight logs (the transfer lock is held per window, never for a whole log) --
     async def list_logs(self, *, config: LogConfig = DEFAULT_LOG_CONFIG) -> list[LogEntry]:

@@ -27,6 +27,7 @@ from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeou
 from drivers.mavlink.modes import ModeTable, UnknownMode
 from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
 from drivers.mavlink.plan import PlanError
+from drivers.mavlink.terrain import terrain_points, terrain_refusals
 from drivers.mavlink.transfers import MissionMismatch
 from gateway.blobs import BlobError, BlobFailure, fetch_plan
 from gateway.commands.logs import STARTED, started_data
@@ -205,6 +206,12 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
     except PlanError as exc:
         return Outcome(result=CmdResult.INVALID, detail=f"mission_upload: {obj_name}: {exc}")
     session = ctx.vehicle.session
+    points = terrain_points(plan.mission)
+    if points:  # the vehicle alone can say whether it holds terrain data there
+        refused = terrain_refusals(plan.mission, await session.terrain_reports(points))
+        if refused:
+            return Outcome(result=CmdResult.REJECTED, detail=f"mission_upload: {obj_name}: {'; '.join(refused)}",
+                           attempts=1)
     digest = await session.upload_and_verify(plan.mission)
     count = len(plan.mission)
     uploaded: dict[str, Any] = {"digest": digest, "count": count}

@@ -5,7 +5,10 @@ is a link to it (gateway/blobs.py); the gateway reads it by that name. The
 plan is parsed here first (drivers.mavlink.plan), so a broken file is
 refused with the field at fault before any vehicle is asked to fly it; the
 digest printed is the one the gateway's `mission_uploaded` event will carry
-once a vehicle has the mission. `mavjet mission ls` lists stored plans.
+once a vehicle has the mission. Items in a terrain-relative frame are not
+refused here: only the vehicle knows whether it holds terrain data, so the
+gateway asks it (TERRAIN_CHECK) at upload and refuses the plan there if not;
+`put` says so. `mavjet mission ls` lists stored plans.
 Then: `mavjet cmd VID mission_upload --param object=missions/x.plan --wait`.
 """
 
@@ -64,12 +67,16 @@ async def put(args: argparse.Namespace) -> int:
         "object": name, "bytes": len(data), "items": len(plan.mission), "fence_items": len(plan.fence),
         "rally_items": len(plan.rally), "digest": plan.mission_digest, "nuid": stored.sha256,
         "sha256": stored.sha256, "content": stored.name, "already_present": stored.already_present,
+        "terrain_items": plan.terrain_items,
     }  # fmt: skip
     if args.json:
         print(json.dumps(doc))
     else:
         print(f"stored {name} ({len(data)} bytes, {len(plan.mission)} mission items incl. home, "
               f"digest {plan.mission_digest[:16]})")
+    if plan.terrain_items:
+        print(f"note: {plan.terrain_items} item(s) in a terrain-relative frame: the vehicle decides; the gateway "
+              "uploads the plan only if the vehicle reports terrain data for each (TERRAIN_REPORT)", file=sys.stderr)
     return 0
 
 

@@ -9,10 +9,8 @@ published on the companion the whole time, the proxy cuts the link for
 CUT_S seconds and restores it, and the hub's TWIN_EVENTS must then hold every
 event exactly once and in publish order.
 
-The issue asks for a two-minute cut while the vehicle flies; CI uses 20 s.
-Nothing in the mechanism depends on the length (the companion's stream holds
-what the hub has not sourced yet, and the source resumes from the last
-sequence it has), so the shorter cut checks the same thing in less time.
+The cut lasts two minutes, as the issue asks (CUT_S). The test prints the
+catch-up time: from restoring the link to the hub holding every event.
 """
 
 from __future__ import annotations
@@ -33,8 +31,9 @@ from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPANION = ROOT / "deploy/companion"
-CUT_S = 20.0
+CUT_S = 120.0  # the issue's two-minute cut
 PERIOD_S = 0.05  # 20 events a second, a flying vehicle's busy event rate
+MAX_EVENTS = int((CUT_S + 120.0) / PERIOD_S)  # bounds the publishing loop whatever happens
 SUBJECT = "fleet.test.veh.VID-001.evt.waypoint_reached"
 
 
@@ -141,14 +140,16 @@ async def hub_events(js: nats.js.JetStreamContext) -> list[int]:
 
 async def wait_for(pred: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    for _ in range(int(timeout_s / 0.2) + 1):
+        if time.monotonic() >= deadline:
+            break
         if await pred():
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"not within {timeout_s}s")
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(int(CUT_S) + 240)
 async def test_events_recorded_during_an_uplink_cut_reach_the_hub_once_and_in_order(
     hub: tuple[NatsServer, int], proxy: Proxy, leaf: NatsServer,
 ) -> None:
@@ -174,7 +175,7 @@ async def test_events_recorded_during_an_uplink_cut_reach_the_hub_once_and_in_or
 
         async def fly(stop: asyncio.Event) -> None:
             i = 0
-            while not stop.is_set():
+            while not stop.is_set() and i < MAX_EVENTS:
                 ack = await leaf_js.publish(SUBJECT, json.dumps({"i": i}).encode(), headers={"Nats-Msg-Id": f"VID-001-{i}"})
                 assert ack.domain == "veh-VID-001" and ack.stream == "TWIN_EVENTS"  # the local stream took it
                 sent.append(i)
@@ -194,11 +195,14 @@ async def test_events_recorded_during_an_uplink_cut_reach_the_hub_once_and_in_or
         assert during_after == during_before, "the hub received events while the uplink was cut"
         assert len(sent) - cut_at >= 0.5 * CUT_S / PERIOD_S  # the vehicle kept recording meanwhile
         await proxy.start()
+        restored = time.monotonic()
         await asyncio.sleep(3.0)  # and keeps recording after the link returns
         stop.set()
         await flying
         total = len(sent)
         await wait_for(lambda: _count_at_least(hub_js, total), 90)
+        print(f"leaf catch-up: {total - cut_at} events recorded since the cut reached the hub "
+              f"{time.monotonic() - restored:.1f} s after the link returned (publishing went on for 3 s of it)")
         await asyncio.sleep(1.0)  # nothing more arrives: no duplicates still on their way
         got = await hub_events(hub_js)
         assert got == list(range(total)), f"{len(got)} events, first difference at {_first_diff(got, total)}"

@@ -144,9 +144,10 @@ def test_plan_refuses_a_global_item_without_altitude_naming_index_and_field() ->
         plan_from_dict(_plan_with(bad))
     assert err.value.path == "mission.items[5]"
     assert str(err.value) == "plan mission.items[5]: NAV_WAYPOINT in a global frame needs an altitude (param7 is null)"
+    # A terrain-frame item passes the plan check: the vehicle decides (the gateway's TERRAIN_CHECK, terrain.py).
     terrain = {"type": "SimpleItem", "command": 16, "frame": 10, "params": [0, 0, 0, 0, -35.36, 149.16, 30]}
-    with pytest.raises(PlanError, match=r"mission.items\[5\]: NAV_WAYPOINT uses a terrain-relative altitude"):
-        plan_from_dict(_plan_with(terrain))
+    plan = plan_from_dict(_plan_with(terrain))
+    assert plan.terrain_items == 1 and plan.mission[6].frame == 10
 
 
 def test_vehicle_refusal_names_the_item() -> None:

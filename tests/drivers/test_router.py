@@ -1,4 +1,4 @@
-"""Sans-IO routing rules: frame splitting (signatures kept), filters, loop prevention, transfer steps."""
+"""Sans-IO routing rules: frame splitting (signatures kept), filters, loop prevention, route-to-route, transfer steps."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from drivers.mavlink.router import (
     Router,
     TransferStep,
     frame_source,
+    frame_target,
     mission_type_of,
     refusal,
     transfer_step,
@@ -93,3 +94,44 @@ def test_transfer_steps_and_refusal() -> None:
     assert (ack.get_srcSystem(), ack.target_system, ack.target_component) == (1, 255, 190)
     assert ack.type == m.MAV_MISSION_DENIED
     assert ack.mission_type == m.MAV_MISSION_TYPE_FENCE
+
+
+def _cmd(target: tuple[int, int], sysid: int = 255, compid: int = 190) -> bytes:
+    msg = m.MAVLink_command_long_message(target[0], target[1], m.MAV_CMD_DO_SET_MODE, 0, 1, 4, 0, 0, 0, 0, 0)
+    return _frame(msg, sysid, compid)
+
+
+def test_frame_target_reads_the_payload_of_mavlink2_and_1_frames() -> None:
+    assert frame_target(_cmd((7, 3))) == (7, 3)
+    assert frame_target(_hb()) == (0, 0)  # HEARTBEAT has no target: broadcast
+    trimmed = _frame(m.MAVLink_param_request_read_message(5, 0, b"X", -1))
+    assert frame_target(trimmed) == (5, 0)  # target_component 0 trimmed away by MAVLink 2
+    mav1 = m.MAVLink(None, srcSystem=255, srcComponent=190)
+    mav1.WIRE_PROTOCOL_VERSION = "1.0"
+    v1 = bytes(m.MAVLink_param_request_read_message(9, 1, b"X", -1).pack(mav1, force_mavlink1=True))
+    assert v1[0] == 0xFE and frame_target(v1) == (9, 1)
+
+
+def test_route_frames_reach_other_routes_like_mavlink_router() -> None:
+    r = Router()
+    for name in ("gcs1", "gcs2", "only_sys1"):
+        r.add_route(name)
+    r.filters["only_sys1"] = RouteFilter(sysids=frozenset({1}))
+    r.from_vehicle(_hb(1, 1), 0.0)
+    assert r.from_route("gcs2", _hb(254, 190), 0.0)
+    assert r.from_route("only_sys1", _hb(1, 200), 0.0)  # a companion app on sysid 1 (allowed by the filter)
+    hb = _hb(255, 190)
+    assert r.from_route("gcs1", hb, 0.1)
+    assert r.to_routes("gcs1", hb) == ["gcs2"]  # broadcast: everyone else whose filter takes sysid 255
+    assert r.stats["only_sys1"].filtered == 1
+    assert r.to_routes("gcs1", _cmd((254, 190))) == ["gcs2"]  # targeted at the station seen on gcs2
+    assert r.to_routes("gcs1", _cmd((254, 0))) == ["gcs2"]  # any component of a system seen there
+    assert r.to_routes("gcs1", _cmd((254, 7))) == []  # a component never seen
+    assert r.to_routes("gcs1", _cmd((1, 1))) == []  # for the vehicle only: the vehicle side gets it
+    assert r.to_routes("gcs1", _cmd((0, 0))) == ["gcs2"]  # target_system 0: broadcast
+    assert r.to_routes("gcs2", _hb(1, 200)) == ["gcs1"]  # never to the route where its source was seen
+    assert r.from_route("gcs2", _hb(254, 190), 0.2)
+    assert "gcs1" not in r.to_routes("gcs1", _hb(255, 190))  # never back to its source route
+    # A station that moved to another route (after the loop window) is reached there.
+    assert r.from_route("gcs1", _hb(254, 190), 10.0)
+    assert r.to_routes("gcs2", _cmd((254, 190), sysid=250)) == ["gcs1"]

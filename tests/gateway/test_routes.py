@@ -175,6 +175,47 @@ async def test_an_echoing_route_does_not_loop(provisioned: Client, nats_server: 
         echo.close()
 
 
+async def test_two_routes_reach_each_other_like_mavlink_router(provisioned: Client, nats_server: NatsServer,
+                                                               sim1: SimFleet, tmp_path: Path) -> None:
+    """Two ground stations on two UDP routes: broadcasts and frames targeted at the other cross over, frames
+    for the vehicle do not, and nothing comes back to its sender."""
+    a, b = Gcs(sysid=255), Gcs(sysid=254)
+    cfg = _cfg(nats_server, sim1, tmp_path, f"udpout:127.0.0.1:{a.port}", f"udpout:127.0.0.1:{b.port}")
+    try:
+        async with running(Gateway(cfg)) as gw:
+            await a.recv(_hb)
+            await b.recv(_hb)
+            # Each introduces itself; the other one sees the heartbeat (a broadcast).
+            for _ in range(20):
+                await a.send(m.MAVLink_heartbeat_message(6, 8, 0, 0, 4, 3))
+                await b.send(m.MAVLink_heartbeat_message(6, 8, 0, 0, 4, 3))
+                with anyio.move_on_after(0.3):
+                    await b.recv(lambda x: _hb(x, 255))
+                with anyio.move_on_after(0.3):
+                    await a.recv(lambda x: _hb(x, 254))
+                if any(_hb(x, 255) for x in b.received) and any(_hb(x, 254) for x in a.received):
+                    break
+            assert any(_hb(x, 255) for x in b.received) and any(_hb(x, 254) for x in a.received)
+            # Targeted at the other station: delivered to it (and only to it).
+            await a.send(m.MAVLink_command_long_message(254, 190, m.MAV_CMD_REQUEST_MESSAGE, 0, 1, 0, 0, 0, 0, 0, 0))
+            got = await b.recv(lambda x: x.get_type() == "COMMAND_LONG" and x.get_srcSystem() == 255)
+            assert (got.target_system, got.command) == (254, m.MAV_CMD_REQUEST_MESSAGE)
+            # Targeted at the vehicle: the vehicle answers, the other station never sees the request.
+            await a.send(m.MAVLink_param_request_read_message(1, 1, b"MAV_SYSID", -1))
+            await a.recv(lambda x: x.get_type() == "PARAM_VALUE" and x.param_id == "MAV_SYSID")
+            await anyio.sleep(0.5)
+            assert not [x for x in b.received if x.get_type() == "PARAM_REQUEST_READ"]
+            assert not [x for x in a.received if x.get_srcSystem() == 255]  # nothing back to its sender
+            assert not [x for x in b.received if x.get_srcSystem() == 254]
+            hub = gw.services[0].hubs["VID-001"]  # type: ignore[attr-defined]
+            sa, sb = hub.stats[f"udpout:127.0.0.1:{a.port}"], hub.stats[f"udpout:127.0.0.1:{b.port}"]
+            assert sb.frames_routed >= 2 and sa.frames_routed >= 1
+            assert sa.loops == 0 and sb.loops == 0
+    finally:
+        a.close()
+        b.close()
+
+
 async def test_mission_transfers_do_not_collide(provisioned: Client, nats_server: NatsServer, sim1: SimFleet,
                                                 tmp_path: Path) -> None:
     gcs = Gcs()
@@ -258,9 +299,20 @@ async def test_routing_overhead_per_frame(capsys: pytest.CaptureFixture[str]) ->
     hub.close()
     port.close()
     sink.close()
+    # Route -> vehicle and route -> route: a ground station's broadcast frames, framed, checked for loops,
+    # queued for the vehicle and handed to a second route.
+    gcs_mav = m.MAVLink(None, srcSystem=255, srcComponent=190)
+    gcs_data = b"".join(bytes(m.MAVLink_heartbeat_message(6, 8, 0, 0, 4, 3).pack(gcs_mav)) for _ in frames)
+    hub = RouteHub("VID-001", _NullTap(), None, buffer=len(frames) * (n // 10) + 1)
+    hub.add_route("gcs1", lambda frame: True, RouteFilter())
+    hub.add_route("gcs2", lambda frame: True, RouteFilter())
+    r2r_us = per_frame_us(lambda: hub.from_route("gcs1", "peer", gcs_data), n // 10)
+    routed = hub.stats["gcs2"].frames_routed
+    hub.close()
     with capsys.disabled():
         print(f"\nrouting overhead per frame: tap framing {split_us:.2f} us, fan-out {fanout_us:.2f} us, "
-              f"fan-out + udp send {udp_us:.2f} us")
+              f"fan-out + udp send {udp_us:.2f} us, route -> vehicle + other route {r2r_us:.2f} us")
+    assert routed == len(frames) * (n // 10)
     assert split_us < 50 and fanout_us < 50 and udp_us < 200
 
 

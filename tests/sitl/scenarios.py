@@ -9,6 +9,7 @@ judges `sim/` and the real autopilot.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -196,3 +197,34 @@ async def fly_qgc_mission(rig: Rig, vid: str, *, armable_within_s: float) -> Non
     # Every waypoint of the plan (after the home at seq 0) reached (a nav item followed at once by a DO item reports only the DO's seq).
     waypoints = [it.seq for it in plan.mission[1:] if it.command == mavlink2.MAV_CMD_NAV_WAYPOINT]
     assert set(waypoints) <= set(reached) | {s + 1 for s in reached}, (reached, waypoints)
+
+
+def terrain_plan(lat_deg: float, lon_deg: float) -> bytes:
+    """A QGroundControl plan: takeoff, then a waypoint 30 m above the terrain (frame 10) 100 m north of the vehicle."""
+    item_lat, item_lon = offset_deg(lat_deg, lon_deg, 100.0, 0.0)
+    doc = {"fileType": "Plan", "version": 1, "groundStation": "QGroundControl", "mission": {
+        "version": 2, "firmwareType": 3, "vehicleType": 2, "plannedHomePosition": [lat_deg, lon_deg, 584.0],
+        "items": [
+            {"type": "SimpleItem", "command": 22, "frame": 3, "params": [0, 0, 0, None, 0, 0, 10],
+             "autoContinue": True, "doJumpId": 1},
+            {"type": "SimpleItem", "command": 16, "frame": 10, "params": [0, 0, 0, None, item_lat, item_lon, 30],
+             "autoContinue": True, "doJumpId": 2},
+        ]}}  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+async def upload_terrain_plan(rig: Rig, vid: str, name: str = "missions/terrain.plan") -> Result:
+    """The gateway asks the vehicle (TERRAIN_CHECK) before uploading a plan with a terrain-frame item."""
+    await standby(rig, vid)
+    m = rig.model(vid)
+    await wait_for(lambda: m.lat_deg is not None, timeout_s=30)
+    store = await rig.nc.jetstream().object_store(BLOBS_BUCKET)
+    await store.put(name, terrain_plan(m.lat_deg, m.lon_deg))
+    return await rig.call(vid, "mission_upload", {"object": name}, timeout_s=60.0)
+
+
+async def terrain_plan_refused(rig: Rig, vid: str) -> None:
+    """Without terrain data on the vehicle (no files, no ground station serving it) the plan is refused, naming the item."""
+    r = await upload_terrain_plan(rig, vid)
+    assert r.result == "rejected", r
+    assert "mission.items[1]: NAV_WAYPOINT in a terrain frame (10)" in r.detail and "terrain data" in r.detail, r.detail

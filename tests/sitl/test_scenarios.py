@@ -65,3 +65,10 @@ async def test_signed_gateway_and_an_ignored_unsigned_injector(peer: Peer, provi
 async def test_link_loss_mid_command(peer: Peer, provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     async with peer.start(1, tmp_path) as site:
         await faults.link_loss_mid_command(site, provisioned, nats_server.url, tmp_path)
+
+
+async def test_terrain_plan_refused_without_terrain_data(peer: Peer, provisioned: Client, nats_server: NatsServer,
+                                                         tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state") as rig:
+        await scenarios.terrain_plan_refused(rig, "VID-001")

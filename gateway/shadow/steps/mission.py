@@ -1,4 +1,8 @@
-"""`mission`: the vehicle's mission compared by digest; the plan fetched from TWIN_BLOBS, uploaded, verified."""
+"""`mission`: the vehicle's mission compared by digest; the plan fetched from TWIN_BLOBS, uploaded, verified.
+
+A plan with terrain-frame items is uploaded only when the vehicle reports
+terrain data for each (drivers.mavlink.terrain), else the field fails naming the item.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from drivers.mavlink.mission import MISSION
 from drivers.mavlink.plan import Plan, PlanError, digest
+from drivers.mavlink.terrain import terrain_points, terrain_refusals
 from gateway.blobs import BlobError, BlobFailure
 from gateway.contract.errors import LinkError, MavjetError
 from gateway.contract.subjects import BLOBS_BUCKET
@@ -78,6 +83,12 @@ class MissionStep:
         if why is not None:
             ctx.fail(path, spec.digest, live.mission_digest, why)
             return
+        points = terrain_points(plan.mission)
+        if points:  # the vehicle alone can say whether it holds terrain data there
+            refused = terrain_refusals(plan.mission, await ctx.vehicle.terrain_reports(points))
+            if refused:
+                ctx.fail(path, spec.digest, live.mission_digest, f"{spec.object}: {'; '.join(refused)}")
+                return
         try:
             got = await ctx.vehicle.upload_and_verify(plan.mission, MISSION)
         except LinkError:
