@@ -47,6 +47,7 @@ def select_flights(flights: DataFrame, vids: tuple[str, ...] = ()) -> DataFrame:
 def collect_flights(
     events: DataFrame, flights: DataFrame, vids: tuple[str, ...] = (), track: DataFrame | None = None
 ) -> list[FlightData]:
+    """The chosen flights' rows, samples and events; `track` is TWIN_TRACKS' samples (analytics.tracks), if any."""
     keys = select_flights(flights, vids).collect()
     if not keys:
         return []
@@ -65,7 +66,10 @@ def collect_flights(
     out = []
     for r in sorted(rows, key=lambda r: (r["vid"], r["flight_no"])):
         k = (r["vid"], int(r["flight_no"]))
-        out.append(FlightData(flight=r.asDict(recursive=True), samples=samples[k], events=evs[k]))
+        flight = r.asDict(recursive=True)
+        # how many of the samples the flight recorder took (TWIN_TRACKS); the rest come from the events
+        flight["track_samples"] = sum(1 for s in samples[k] if s.get("source") == "track")
+        out.append(FlightData(flight=flight, samples=samples[k], events=evs[k]))
     return out
 
 

@@ -6,7 +6,7 @@ the way (no connection, bucket or object missing, timeouts); this is the
 boundary that translates them into `BlobError`, whose `kind` tells a caller
 whether trying again later can help.
 
-Artifacts (missions, logs, later firmware or maps) are stored once per
+Artifacts (missions, later firmware or maps) are stored once per
 content (docs/companion.md, "Artifacts"): the bytes live in the object
 `sha256/<hex>` whose chunks are on the deterministic subject
 `$O.TWIN_BLOBS.C.<hex>` (the object store's "nuid" is the hash), each chunk
@@ -19,6 +19,10 @@ previous one ended. A download keeps a local journal beside its `.part` file
 and asks for the chunks after the last one written. Every reader of the
 object store (nats-py, the `nats` CLI, `fetch_blob` below) can read these
 objects, since they are ordinary object-store records.
+
+The chunk layer (`put_chunks`, `get_chunks`) does not depend on the object
+store: flight logs use it on their own per-vehicle subjects in TWIN_LOGS
+(gateway/logstore.py), where a vehicle's credential can be scoped to them.
 """
 
 from __future__ import annotations
@@ -61,8 +65,9 @@ class BlobFailure(StrEnum):
 class BlobError(MavjetError):
     """An object could not be read from TWIN_BLOBS; `error` and `detail` describe the cause."""
 
-    def __init__(self, name: str, kind: BlobFailure, error: str = "", detail: str = "") -> None:
-        super().__init__(f"{BLOBS_BUCKET} {name!r}: {kind.value} {error} {detail}".strip())
+    def __init__(self, name: str, kind: BlobFailure, error: str = "", detail: str = "", *,
+                 store: str = BLOBS_BUCKET) -> None:
+        super().__init__(f"{store} {name!r}: {kind.value} {error} {detail}".strip())
         self.name = name
         self.kind = kind
         self.error = error  # the underlying exception's type name ("" for NOT_CONNECTED)
@@ -181,7 +186,7 @@ async def link(js: JetStreamContext, alias: str, target: dict[str, Any]) -> None
 
 
 @contextmanager
-def _translated(name: str, kind: BlobFailure) -> Iterator[None]:
+def _translated(name: str, kind: BlobFailure, store: str = BLOBS_BUCKET) -> Iterator[None]:
     """nats-py raises a wide range of exceptions; translated into BlobError at this boundary."""
     try:
         yield
@@ -189,14 +194,14 @@ def _translated(name: str, kind: BlobFailure) -> Iterator[None]:
         raise
     except Exception as exc:
         kind = BlobFailure.NOT_FOUND if isinstance(exc, NotFoundError) and kind is BlobFailure.UNREADABLE else kind
-        raise BlobError(name, kind, type(exc).__name__, str(exc)) from exc
+        raise BlobError(name, kind, type(exc).__name__, str(exc), store=store) from exc
 
 
 def _slices(size: int, chunk_bytes: int, start: int) -> list[tuple[int, int]]:
     return [(o, min(chunk_bytes, size - o)) for o in range(start, size, chunk_bytes)]
 
 
-class _Source:
+class Source:
     """The bytes to upload: in memory, or a file read a chunk at a time (a flight log need not fit in RAM).
 
     A file must not change while it is uploaded: the chunks would not add up to
@@ -234,61 +239,86 @@ class _Source:
         return await anyio.to_thread.run_sync(digest)
 
 
-async def _resume_point(js: JetStreamContext, subj: str, src: _Source) -> tuple[int, int, int]:
+@dataclass(frozen=True, kw_only=True)
+class Chunks:
+    """Where one content's chunks live: TWIN_BLOBS's `$O...C.<hex>`, or a vehicle's `...logs.c.<hex>` in TWIN_LOGS.
+
+    `scoped` says the writer holds a per-subject credential (a vehicle writing its
+    own logs): it may not read stream info (that names every subject) nor purge,
+    so the journal is read with a direct get of the subject's last chunk alone.
+    """
+
+    stream: str
+    subject: str
+    scoped: bool = False
+    store: str = BLOBS_BUCKET  # what errors name
+
+
+async def _resume_point(js: JetStreamContext, where: Chunks, src: Source) -> tuple[int, int, int]:
     """(next chunk index, next offset, last stream sequence on the subject; 0 when empty).
 
     The stream is the journal: the last stored chunk names its index and offset,
     and its bytes are checked against ours. Anything inconsistent (a chunk of
     other bytes, a count that does not match the index) is purged and the
-    upload starts over, which is always correct, only slower.
+    upload starts over, which is always correct, only slower. A scoped writer
+    cannot purge: it refuses with CORRUPT, for an administrator to purge.
     """
-    state = await js.stream_info(STREAM, subjects_filter=subj)
-    count = (state.state.subjects or {}).get(subj, 0)
-    if count == 0:
+    count: int | None = None
+    try:
+        if where.scoped:
+            last = await js.get_last_msg(where.stream, where.subject, direct=True)
+        else:
+            state = await js.stream_info(where.stream, subjects_filter=where.subject)
+            count = (state.state.subjects or {}).get(where.subject, 0)
+            if count == 0:
+                return 0, 0, 0
+            last = await js.get_last_msg(where.stream, where.subject)
+    except NotFoundError:
         return 0, 0, 0
-    last = await js.get_last_msg(STREAM, subj)
     parsed = parse_chunk_header((last.headers or {}).get(CHUNK_HEADER))
     body = last.data or b""
     if parsed is not None:
         index, offset, sha = parsed
         mine = await src.read(offset, len(body))
-        if index == count - 1 and hashlib.sha256(mine).hexdigest() == sha == hashlib.sha256(body).hexdigest():
-            return count, offset + len(body), last.seq or 0
-    await js.purge_stream(STREAM, subject=subj)
+        if (count is None or index == count - 1) and hashlib.sha256(mine).hexdigest() == sha == hashlib.sha256(
+                body).hexdigest():
+            return index + 1, offset + len(body), last.seq or 0
+    if where.scoped:
+        raise BlobError(where.subject, BlobFailure.CORRUPT, "ChunkMismatch",
+                        f"the last chunk on {where.subject} is not these bytes: an administrator must purge it",
+                        store=where.store)
+    await js.purge_stream(where.stream, subject=where.subject)
     return 0, 0, 0
 
 
-async def put_blob(
-    js: JetStreamContext, data: bytes | Path, *, alias: str | None = None,
+@dataclass(frozen=True, kw_only=True)
+class Sent:
+    chunks: int  # the content's chunks, all stored now
+    first: int  # the chunk this upload started at (0 unless resumed)
+    sent_bytes: int
+
+
+async def put_chunks(
+    js: JetStreamContext, where: Chunks, src: Source, sha256_hex: str, *, label: str,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None,
-) -> Transfer:  # fmt: skip
-    """Store `data` (bytes, or a file) as `sha256/<hex>` once, resuming a cut upload; link `alias` to it."""
-    src = _Source(data)
+) -> Sent:  # fmt: skip
+    """Append `src`'s chunks to `where.subject`, resuming after the last one stored; raises BlobError.
+
+    Shared by TWIN_BLOBS (`put_blob`) and TWIN_LOGS (gateway/logstore.py): each
+    chunk carries `Mavjet-Chunk: <index> <offset> <sha256>`, is de-duplicated by
+    `Nats-Msg-Id` and appended only where the previous one ended.
+    """
     size = src.size
-    hex_ = await src.sha256()
-    name, subj = content_name(hex_), chunk_subject(hex_)
-    with _translated(alias or name, BlobFailure.UNWRITABLE):
-        existing = await info(js, name)
-        if existing is not None and existing.get("digest") == object_digest(hex_):
-            if alias:
-                await link(js, alias, existing)
-        else:
-            existing = None
-            index, offset, last_seq = await _resume_point(js, subj, src)
-    if existing is not None:
-        if progress:
-            progress(size, size)
-        chunks = int(existing.get("chunks") or 0)
-        return Transfer(name=name, sha256=hex_, size_bytes=size, chunks=chunks,
-                        sent_chunks=0, sent_bytes=0, resumed_at_chunk=chunks, already_present=True)
+    with _translated(label, BlobFailure.UNWRITABLE, where.store):
+        index, offset, last_seq = await _resume_point(js, where, src)
     first, sent_bytes = index, 0
     if progress:
         progress(offset, size)
     for off, n in _slices(size, chunk_bytes, offset):
         body = await src.read(off, n)
-        with _translated(alias or name, BlobFailure.UNWRITABLE):
-            ack = await js.publish(subj, body, headers={
-                "Nats-Msg-Id": f"{hex_}.{index}",
+        with _translated(label, BlobFailure.UNWRITABLE, where.store):
+            ack = await js.publish(where.subject, body, stream=where.stream, headers={
+                "Nats-Msg-Id": f"{sha256_hex}.{index}",
                 "Nats-Expected-Last-Subject-Sequence": str(last_seq),
                 CHUNK_HEADER: chunk_header(index, off, body),
             })  # fmt: skip
@@ -297,8 +327,35 @@ async def put_blob(
         # that propagates untranslated, and the next put resumes here.
         if progress:
             progress(off + n, size)
+    return Sent(chunks=index, first=first, sent_bytes=sent_bytes)
+
+
+async def put_blob(
+    js: JetStreamContext, data: bytes | Path, *, alias: str | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None,
+) -> Transfer:  # fmt: skip
+    """Store `data` (bytes, or a file) as `sha256/<hex>` once, resuming a cut upload; link `alias` to it."""
+    src = Source(data)
+    size = src.size
+    hex_ = await src.sha256()
+    name = content_name(hex_)
+    with _translated(alias or name, BlobFailure.UNWRITABLE):
+        existing = await info(js, name)
+        if existing is not None and existing.get("digest") == object_digest(hex_):
+            if alias:
+                await link(js, alias, existing)
+        else:
+            existing = None
+    if existing is not None:
+        if progress:
+            progress(size, size)
+        chunks = int(existing.get("chunks") or 0)
+        return Transfer(name=name, sha256=hex_, size_bytes=size, chunks=chunks,
+                        sent_chunks=0, sent_bytes=0, resumed_at_chunk=chunks, already_present=True)
+    sent = await put_chunks(js, Chunks(stream=STREAM, subject=chunk_subject(hex_)), src, hex_,
+                            label=alias or name, chunk_bytes=chunk_bytes, progress=progress)
     record = {
-        "name": name, "bucket": BLOBS_BUCKET, "nuid": hex_, "size": size, "chunks": index,
+        "name": name, "bucket": BLOBS_BUCKET, "nuid": hex_, "size": size, "chunks": sent.chunks,
         "digest": object_digest(hex_), "mtime": _now(), "headers": {SHA_HEADER: [hex_]},
         "options": {"max_chunk_size": chunk_bytes},
     }  # fmt: skip
@@ -306,8 +363,8 @@ async def put_blob(
         await _publish_record(js, record)
         if alias:
             await link(js, alias, record)
-    return Transfer(name=name, sha256=hex_, size_bytes=size, chunks=index,
-                    sent_chunks=index - first, sent_bytes=sent_bytes, resumed_at_chunk=first)
+    return Transfer(name=name, sha256=hex_, size_bytes=size, chunks=sent.chunks,
+                    sent_chunks=sent.chunks - sent.first, sent_bytes=sent.sent_bytes, resumed_at_chunk=sent.first)
 
 
 def _journal_path(dest: Path) -> Path:
@@ -330,23 +387,54 @@ def _read_journal(dest: Path, nuid: str, digest: str) -> tuple[int, int, int]:
     return int(doc["chunks"]), int(doc["bytes"]), int(doc["next_seq"])
 
 
-async def get_blob(
-    js: JetStreamContext, name: str, dest: Path, *, progress: Progress | None = None,
-) -> Transfer:  # fmt: skip
-    """Download `name` (a link is followed) into `dest`, resuming a cut download; raises BlobError.
+@dataclass(frozen=True, kw_only=True)
+class Chunk:
+    seq: int
+    data: bytes
+    header: str | None  # Mavjet-Chunk, when the uploader wrote one
+
+
+class ChunkReader(Protocol):
+    """The first chunk at or after stream sequence `seq` (a direct get, or a filtered consumer)."""
+
+    async def chunk_at(self, seq: int) -> Chunk: ...
+
+
+@dataclass(frozen=True)
+class StreamGetReader:
+    """Chunks by `next_by_subj` gets: for credentials that may read the whole stream."""
+
+    js: JetStreamContext
+    stream: str
+    subject: str
+
+    async def chunk_at(self, seq: int) -> Chunk:
+        msg = await self.js.get_msg(self.stream, seq=seq, subject=self.subject, next=True)
+        return Chunk(seq=msg.seq or seq, data=msg.data or b"", header=(msg.headers or {}).get(CHUNK_HEADER))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wanted:
+    """What a download expects: from the object-store record, or a TWIN_LOGS name record."""
+
+    label: str  # for errors
+    key: str  # what the local journal must match (the nuid; a log's sha256)
+    digest: str  # object_digest of the whole content
+    size_bytes: int
+    chunks: int
+    store: str = BLOBS_BUCKET  # what errors name
+
+
+async def get_chunks(reader: ChunkReader, want: Wanted, dest: Path, *, progress: Progress | None = None) -> Transfer:
+    """Download `want`'s chunks into `dest`, resuming a cut download; raises BlobError.
 
     The bytes go to `dest.part`; after each chunk `dest.part.json` records how
     far it got and the stream sequence to ask for next. Each chunk's own sha256
-    (when the uploader wrote one) is checked as it arrives, the whole object's
+    (when the uploader wrote one) is checked as it arrives, the whole content's
     before `dest` appears.
     """
-    with _translated(name, BlobFailure.UNREADABLE):
-        record = await resolve(js, name)
-    if record is None:
-        raise BlobError(name, BlobFailure.NOT_FOUND)
-    nuid, digest = str(record["nuid"]), str(record.get("digest") or "")
-    size, chunks = int(record.get("size") or 0), int(record.get("chunks") or 0)
-    done_chunks, done_bytes, next_seq = _read_journal(dest, nuid, digest)
+    name, size, chunks = want.label, want.size_bytes, want.chunks
+    done_chunks, done_bytes, next_seq = _read_journal(dest, want.key, want.digest)
     part, journal = _part_path(dest), _journal_path(dest)
     first, sent_bytes = done_chunks, 0
     h = hashlib.sha256()
@@ -361,33 +449,48 @@ async def get_blob(
     await anyio.to_thread.run_sync(prepare)
     if progress:
         progress(done_bytes, size)
-    subj = chunk_subject(nuid)
     with part.open("ab") as out:
         while done_chunks < chunks:
-            with _translated(name, BlobFailure.UNREADABLE):
-                msg = await js.get_msg(STREAM, seq=next_seq, subject=subj, next=True)
-            body = msg.data or b""
-            parsed = parse_chunk_header((msg.headers or {}).get(CHUNK_HEADER))
+            with _translated(name, BlobFailure.UNREADABLE, want.store):
+                msg = await reader.chunk_at(next_seq)
+            body = msg.data
+            parsed = parse_chunk_header(msg.header)
             if parsed is not None and (parsed[0] != done_chunks or parsed[2] != hashlib.sha256(body).hexdigest()):
                 _discard(part, journal)
-                raise BlobError(name, BlobFailure.CORRUPT, "ChunkMismatch", f"chunk {done_chunks} (seq {msg.seq})")
+                raise BlobError(name, BlobFailure.CORRUPT, "ChunkMismatch", f"chunk {done_chunks} (seq {msg.seq})",
+                                store=want.store)
             out.write(body)
             out.flush()
             h.update(body)
             done_chunks, done_bytes, sent_bytes = done_chunks + 1, done_bytes + len(body), sent_bytes + len(body)
-            next_seq = (msg.seq or next_seq) + 1
-            journal.write_text(json.dumps({"nuid": nuid, "digest": digest, "chunks": done_chunks,
+            next_seq = msg.seq + 1
+            journal.write_text(json.dumps({"nuid": want.key, "digest": want.digest, "chunks": done_chunks,
                                            "bytes": done_bytes, "next_seq": next_seq}))
             if progress:
                 progress(done_bytes, size)
     hex_ = h.hexdigest()
-    if object_digest(hex_) != digest or done_bytes != size:
+    if object_digest(hex_) != want.digest or done_bytes != size:
         _discard(part, journal)
-        raise BlobError(name, BlobFailure.CORRUPT, "DigestMismatch", f"got sha256 {hex_}, {done_bytes} bytes")
+        raise BlobError(name, BlobFailure.CORRUPT, "DigestMismatch", f"got sha256 {hex_}, {done_bytes} bytes",
+                        store=want.store)
     part.replace(dest)
     journal.unlink(missing_ok=True)
     return Transfer(name=content_name(hex_), sha256=hex_, size_bytes=size, chunks=chunks,
                     sent_chunks=chunks - first, sent_bytes=sent_bytes, resumed_at_chunk=first)
+
+
+async def get_blob(
+    js: JetStreamContext, name: str, dest: Path, *, progress: Progress | None = None,
+) -> Transfer:  # fmt: skip
+    """Download `name` (a link is followed) into `dest`, resuming a cut download; raises BlobError."""
+    with _translated(name, BlobFailure.UNREADABLE):
+        record = await resolve(js, name)
+    if record is None:
+        raise BlobError(name, BlobFailure.NOT_FOUND)
+    nuid = str(record["nuid"])
+    want = Wanted(label=name, key=nuid, digest=str(record.get("digest") or ""),
+                  size_bytes=int(record.get("size") or 0), chunks=int(record.get("chunks") or 0))
+    return await get_chunks(StreamGetReader(js, STREAM, chunk_subject(nuid)), want, dest, progress=progress)
 
 
 def _discard(part: Path, journal: Path) -> None:

@@ -37,7 +37,8 @@ COMMANDS: dict[str, str] = {
     "auth": "per-vehicle NATS credentials and the permission matrix (auth.conf + creds)",
     "sign": "MAVLink 2 signing: make a key, provision it on a vehicle (SETUP_SIGNING)",
     "tunnel": "a vehicle's raw MAVLink over NATS on a local port, for QGroundControl or MAVProxy",
-    "logs": "a vehicle's flight logs: ls (stored in TWIN_BLOBS), get (download from the vehicle)",
+    "logs": "a vehicle's flight logs: ls (the vehicle's list; --stored: in TWIN_LOGS), get (download from the vehicle)",
+    "completion": "print a shell completion script: mavjet completion bash|zsh",
 }
 
 GROUP = "mavjet.commands"

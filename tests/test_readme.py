@@ -170,3 +170,13 @@ def test_demo_simulator_retries_a_base_port_taken_before_it_binds(
         taken.close()
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_readme_completion_commands_run() -> None:
+    """The README's completion lines (without their redirections) print a script for that shell."""
+    lines = [ln for block in re.findall(r"```sh\n(.*?)```", README, re.S) for ln in block.splitlines()]
+    cmds = sorted({m.group(1) for ln in lines if (m := re.search(r"(mavjet completion \w+)", ln))})
+    assert cmds == ["mavjet completion bash", "mavjet completion zsh"]
+    for cmd in cmds:
+        r = subprocess.run(_mavjet(cmd), capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0 and "mavjet" in r.stdout and len(r.stdout) > 1000, (cmd, r.stderr)

@@ -1,4 +1,4 @@
-"""Flight-log downloads into TWIN_BLOBS, run beside the command queue.
+"""Flight-log downloads into TWIN_LOGS, run beside the command queue.
 
 A vehicle's commands run one at a time (the consumer's MaxAckPending is 1),
 and a log takes seconds to minutes: run inside the command it would hold
@@ -15,9 +15,10 @@ the bytes received are kept, so a dropped link, a timeout or the vehicle
 arming mid-download (ArduPilot stops sending while armed) pauses the
 download, which resumes at the last received offset once the link is up and
 the vehicle disarmed. It ends `log_download_failed` only when no byte arrived
-for `stall_timeout_s`. The stored object is content-addressed
-(`gateway.blobs.put_blob`): `logs/<vid>/<log id>-<date>.bin` links to
-`sha256/<hex>`, so a log downloaded twice is stored once.
+for `stall_timeout_s`. The log is stored in TWIN_LOGS under the vehicle's
+own subjects (`gateway.logstore.put_log`: hash-addressed chunks and a name
+record `<log id>-<date>.bin`), which a vehicle credential may write, so a
+log downloaded twice is sent once.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from drivers.mavlink.logs import DEFAULT_LOG_CONFIG, LogConfig, LogEntry, LogError
-from gateway.blobs import BlobError, put_blob
+from gateway.blobs import BlobError
 from gateway.contract.errors import LinkError
+from gateway.logstore import object_name as log_object_name
+from gateway.logstore import put_log
 from gateway.services import ServiceContext, VehicleHandle
 from gateway.telemetry import Event
 
@@ -57,10 +60,10 @@ class LogDownloadConfig:
 
 
 def object_name(vid: str, entry: LogEntry) -> str:
-    """`logs/<vid>/<log id>-<UTC start, or "undated">.bin`."""
+    """`logs/<vid>/<log id>-<UTC start, or "undated">.bin` (stored in TWIN_LOGS, gateway/logstore.py)."""
     when = (datetime.fromtimestamp(entry.time_utc_s, UTC).strftime("%Y%m%dT%H%M%SZ")
             if entry.time_utc_s > 0 else "undated")
-    return f"logs/{vid}/{entry.log_id}-{when}.bin"
+    return log_object_name(vid, f"{entry.log_id}-{when}.bin")
 
 
 def started_data(vid: str, entry: LogEntry) -> dict[str, Any]:
@@ -155,12 +158,13 @@ class LogDownloadService:
             elapsed_s = max(time.monotonic() - t0, 1e-9)
             _nc, js = await ctx.jetstream()
             try:
-                stored = await put_blob(js, path, alias=run.object)
+                stored = await put_log(js, ctx.cfg.env, vehicle.vid, run.object.rsplit("/", 1)[-1], path,
+                                       log_id=run.log_id)
             except BlobError as exc:
                 vehicle.emit(FAILED, log_id=run.log_id, bytes=run.written, reason=f"storing {run.object}: {exc}")
                 return
-        vehicle.emit(DONE, log_id=run.log_id, object=run.object, content=stored.name, size_bytes=stored.size_bytes,
-                     sha256=stored.sha256, kib_s=round(run.written / 1024 / elapsed_s, 1),
+        vehicle.emit(DONE, log_id=run.log_id, object=run.object, content=f"sha256/{stored.sha256}",
+                     size_bytes=stored.size_bytes, sha256=stored.sha256, kib_s=round(run.written / 1024 / elapsed_s, 1),
                      elapsed_s=round(elapsed_s, 3), interruptions=run.interruptions)
 
     async def _wait_until_disarmed(self, vehicle: VehicleHandle, run: _Run) -> None:

@@ -26,6 +26,7 @@ from gateway.commands.actions import (
     param_set,
     set_mode_params,
 )
+from gateway.commands.loglist import log_list, log_list_failure
 from gateway.commands.preconditions import (
     check_mode,
     failsafe_refusal,
@@ -177,6 +178,8 @@ _DEFS = (
     # Accepted once started; the download runs beside the command queue (gateway.commands.logs).
     CommandDef(wire=_W[_N.LOG_DOWNLOAD], precondition=log_download_failure, action=log_download,
                recovery=Recovery(observe=no_effect, resend=True, rule="starting a download again is harmless")),
+    CommandDef(wire=_W[_N.LOG_LIST], precondition=log_list_failure, action=log_list,
+               recovery=Recovery(observe=no_effect, resend=True, rule="a read: list again")),
 )
 
 COMMANDS: dict[str, CommandDef] = {d.name: d for d in _DEFS}

@@ -75,6 +75,7 @@ class CommandName(StrEnum):
     MISSION_START = "mission_start"
     REBOOT = "reboot"
     LOG_DOWNLOAD = "log_download"
+    LOG_LIST = "log_list"
 
 
 class CmdResult(StrEnum):
@@ -240,8 +241,9 @@ CATALOGUE: dict[str, CommandSpec] = {
         CommandSpec(name=_N.MISSION_START, summary="start the uploaded mission (AUTO)"),
         CommandSpec(name=_N.REBOOT, summary="reboot the autopilot (only when disarmed)"),
         CommandSpec(name=_N.LOG_DOWNLOAD,
-                    summary="download a dataflash log into TWIN_BLOBS logs/<vid>/ (only when disarmed; runs in the background)",
+                    summary="download a dataflash log into TWIN_LOGS logs/<vid>/ (only when disarmed; runs in the background)",
                     params=(LOG_ID,)),
+        CommandSpec(name=_N.LOG_LIST, summary="the vehicle's own list of dataflash logs (LOG_ENTRY), in the cmd_result"),
     )
 }
 

@@ -14,6 +14,8 @@ EVENTS_STREAM = "TWIN_EVENTS"
 CMD_STREAM = "TWIN_CMD"
 SHADOW_BUCKET = "TWIN_SHADOW"
 BLOBS_BUCKET = "TWIN_BLOBS"
+LOGS_STREAM = "TWIN_LOGS"  # flight logs, under each vehicle's own subjects (docs/design.md, "Flight logs")
+TRACKS_STREAM = "TWIN_TRACKS"  # the flight recorder's track, one subject per vehicle
 
 STATE_CHANNELS = ("position", "attitude", "battery", "gps", "status", "link")
 
@@ -51,6 +53,11 @@ def event_subject(env: str, vid: str, event_type: str) -> str:
     return f"fleet.{env}.veh.{vid}.evt.{event_type}"
 
 
+def track_subject(env: str, vid: str) -> str:
+    """The flight recorder's samples of one vehicle (TWIN_TRACKS; `vid="*"` for a filter)."""
+    return f"fleet.{env}.veh.{vid}.track"
+
+
 def cmd_subject(env: str, vid: str, name: str) -> str:
     return f"fleet.{env}.veh.{vid}.cmd.{name}"
 
@@ -68,6 +75,27 @@ def mav_down_subject(env: str, vid: str) -> str:
 def mav_up_subject(env: str, vid: str) -> str:
     """Core NATS (not stored): raw MAVLink frames for the vehicle, from `mavjet tunnel` (operator permission)."""
     return f"fleet.{env}.veh.{vid}.mav.up"
+
+
+def logs_prefix(env: str, vid: str) -> str:
+    """Every TWIN_LOGS subject of one vehicle starts here (what its credential may write and read)."""
+    return f"fleet.{env}.veh.{vid}.logs"
+
+
+def log_chunk_subject(env: str, vid: str, sha256_hex: str) -> str:
+    """The chunks of one log's bytes, hash-addressed: a log stored twice is sent once."""
+    return f"{logs_prefix(env, vid)}.c.{sha256_hex}"
+
+
+def log_record_subject(env: str, vid: str, name: str) -> str:
+    """The name record of one log, `<log id>-<date>.bin` (each dot-separated part one token)."""
+    for part in name.split("."):
+        check_token("log name", part)
+    return f"{logs_prefix(env, vid)}.n.{name}"
+
+
+def log_records_filter(env: str, vid: str = "*") -> str:
+    return f"{logs_prefix(env, vid)}.n.>"
 
 
 def state_filter(env: str, vid: str = "*", channel: str = ">") -> str:

@@ -5,7 +5,8 @@ writes `DIR/auth.conf` (a nats-server fragment to `include`: operator JWT,
 memory resolver preloaded with the account JWTs) and `DIR/creds/*.creds`.
 `mavjet auth add-vehicle DIR VID` (and `add-gateway DIR NAME=VID,VID`) issues
 one more credential with the account signing key kept in `DIR/keys/`, so `auth.conf` and every credential
-already issued stay valid (no server reload needed).
+already issued stay valid (no server reload needed). `mavjet auth revoke DIR NAME` adds NAME's user key
+to the account JWT's revocations in `auth.conf`; a server configuration reload applies it.
 
 The matrix (docs/security.md) is enforced by the server: each user JWT
 carries its allow lists. They name the exact JetStream API subjects the
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +29,15 @@ from gateway.contract.subjects import (
     BLOBS_BUCKET,
     CMD_STREAM,
     EVENTS_STREAM,
+    LOGS_STREAM,
     SHADOW_BUCKET,
     STATE_STREAM,
+    TRACKS_STREAM,
     check_token,
     cmd_filter,
     command_consumer,
+    logs_prefix,
+    track_subject,
     veh_prefix,
 )
 from gateway.ops.auth_jwt import (
@@ -39,7 +46,9 @@ from gateway.ops.auth_jwt import (
     USER,
     NKey,
     account_jwt,
+    creds_jwt,
     creds_text,
+    decode_claims,
     operator_jwt,
     user_jwt,
     write_secret,
@@ -51,6 +60,11 @@ KV_STREAM = f"KV_{SHADOW_BUCKET}"
 OBJ_STREAM = f"OBJ_{BLOBS_BUCKET}"
 ROLES = ("operator", "viewer", "analytics", "admin")
 MANIFEST = "auth.json"
+# A user JWT travels in the client's CONNECT line, which nats-server caps at 4 KiB by default:
+# a hub gateway's allow lists grow with its vehicles (about 1.1 KiB of JWT each), so auth.conf
+# raises the cap, and an identity whose JWT would not fit is refused when it is issued.
+CONTROL_LINE_BYTES = 64 * 1024
+_CONNECT_OVERHEAD_BYTES = 1024  # the CONNECT line's other fields (name, version, signature, flags)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +85,7 @@ def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:
         f"{API}.STREAM.NAMES",  # nats-py finds an object's stream by subject before reading it
         f"{API}.STREAM.INFO.{KV_STREAM}",
         f"{API}.STREAM.INFO.{OBJ_STREAM}",
-        # mission plans: read-only object store access (see docs/security.md, "limits")
+        # mission plans: read-only object store access (flight logs go to TWIN_LOGS, below)
         f"{API}.DIRECT.GET.{OBJ_STREAM}.>",
         f"{API}.STREAM.MSG.GET.{OBJ_STREAM}",
         f"{API}.CONSUMER.CREATE.{OBJ_STREAM}",
@@ -96,9 +110,18 @@ def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:
             _kv(env, vid, "meta"),
             _kv(env, vid, "config"),  # the gateway's own record of the link (endpoint, sysid, rates)
         ]
-        for doc in ("desired", "config", "reported", "meta"):
-            pub.append(f"{API}.DIRECT.GET.{KV_STREAM}.{_kv(env, vid, doc)}")
+        # read its own four documents (desired, config, reported, meta): one entry keeps the JWT short
+        pub.append(f"{API}.DIRECT.GET.{KV_STREAM}.{_kv(env, vid, '*')}")
         pub.append(f"{API}.CONSUMER.CREATE.{KV_STREAM}.*.{_kv(env, vid, 'desired')}")
+        # flight logs: write and read its own TWIN_LOGS subjects only; records by direct get,
+        # chunks and listings through consumers created on the filtered subject (gateway/logstore.py)
+        logs = logs_prefix(env, vid)
+        pub += [
+            f"{logs}.>",
+            f"{API}.DIRECT.GET.{LOGS_STREAM}.{logs}.>",
+            f"{API}.CONSUMER.CREATE.{LOGS_STREAM}.*.{logs}.>",
+            track_subject(env, vid),  # the flight recorder's track (TWIN_TRACKS)
+        ]
         sub.append(f"{p}.mav.up")
     return Permissions(pub_allow=pub, sub_allow=sub, pub_deny=[])
 
@@ -135,18 +158,19 @@ def role_permissions(role: str, env: str) -> Permissions:
         return Permissions(pub_allow=[">"], sub_allow=[">"], pub_deny=[])
     if role == "viewer":
         return Permissions(
-            pub_allow=_readers(role, [STATE_STREAM, EVENTS_STREAM, KV_STREAM]),
-            sub_allow=[inbox, f"fleet.{env}.veh.*.state.>", f"fleet.{env}.veh.*.evt.>"],
+            pub_allow=_readers(role, [STATE_STREAM, EVENTS_STREAM, KV_STREAM, TRACKS_STREAM]),
+            sub_allow=[inbox, f"fleet.{env}.veh.*.state.>", f"fleet.{env}.veh.*.evt.>", track_subject(env, "*")],
             pub_deny=[],
         )
     if role == "analytics":
         return Permissions(
-            pub_allow=[*_readers(role, [EVENTS_STREAM]), f"$JS.ACK.{EVENTS_STREAM}.>"],
+            pub_allow=[*_readers(role, [EVENTS_STREAM, TRACKS_STREAM]), f"$JS.ACK.{EVENTS_STREAM}.>",
+                       f"$JS.ACK.{TRACKS_STREAM}.>"],
             sub_allow=[inbox],
             pub_deny=[],
         )
     if role == "operator":
-        streams = [STATE_STREAM, EVENTS_STREAM, KV_STREAM, OBJ_STREAM]
+        streams = [STATE_STREAM, EVENTS_STREAM, KV_STREAM, OBJ_STREAM, LOGS_STREAM, TRACKS_STREAM]
         return Permissions(
             pub_allow=[
                 *_readers(role, streams),
@@ -182,6 +206,9 @@ def _issue(d: Path, signing: NKey, account: str, name: str, perms: Permissions) 
     user = NKey.create(USER)
     token = user_jwt(signing, user.public, name, account=account, pub_allow=perms.pub_allow,
                      sub_allow=perms.sub_allow, pub_deny=perms.pub_deny)
+    if len(token) + _CONNECT_OVERHEAD_BYTES > CONTROL_LINE_BYTES:
+        raise ConfigError("auth.identity", f"{name}: its permissions make a {len(token)}-byte JWT, too long for a "
+                          f"CONNECT line of {CONTROL_LINE_BYTES} bytes: split its vehicles over more gateways")
     path = d / "creds" / f"{name}.creds"
     write_secret(path, creds_text(token, user.seed))
     return path
@@ -219,6 +246,7 @@ def init(d: Path, *, env: str, vehicles: list[str], gateways: dict[str, list[str
         "# from the server configuration. Holds no secret (JWTs are public, signed by the keys in keys/).\n"
         f"operator: {op}\n"
         f"system_account: {system.public}\n"
+        f"max_control_line: {CONTROL_LINE_BYTES}  # a hub gateway's JWT (its vehicles' allow lists) exceeds 4 KiB\n"
         "resolver: MEMORY\n"
         "resolver_preload: {\n"
         f"  {account.public}: {acc}\n"
@@ -261,6 +289,49 @@ def add_gateway(d: Path, name: str, vids: list[str]) -> Path:
     return path
 
 
+def revoke(d: Path, name: str, *, at_s: int | None = None) -> Path:
+    """Revoke the credential `name`: its user key goes into the account JWT's revocations, `auth.conf` is rewritten.
+
+    The running servers apply it on a configuration reload (`nats-server
+    --signal reload`, or SIGHUP): with a memory resolver a reload re-reads the
+    preloaded account JWTs and updates each account's claims, which refuses
+    the revoked key from then on and closes its open connections. Every
+    other credential stays valid. The credential file is deleted; `mavjet auth
+    add-vehicle` (or `add-gateway`) issues a new one with a new key.
+    """
+    data, signing = _load(d)
+    name = _name("name", name)
+    creds = d / "creds" / f"{name}.creds"
+    if not creds.is_file():
+        raise ConfigError("auth.name", f"{d} has no credential {name!r} (creds/{name}.creds)")
+    if name == "admin":
+        raise ConfigError("auth.name", "admin cannot be revoked this way: run `mavjet auth init --force`")
+    try:
+        user = str(decode_claims(creds_jwt(creds.read_text()))["sub"])
+    except (ValueError, KeyError) as exc:
+        raise ConfigError("auth.name", f"creds/{name}.creds: {exc}") from exc
+    revocations = {str(k): int(v) for k, v in dict(data.get("revocations", {}) or {}).items()}  # type: ignore[call-overload]
+    revocations[user] = int(time.time()) if at_s is None else at_s
+    account = str(data["account"])
+    operator = NKey.from_seed((d / "keys" / "operator.nk").read_bytes())
+    acc = account_jwt(operator, account, "MAVJET", signing_keys=[signing.public], jetstream=True,
+                      revocations=revocations)
+    conf_path = d / "auth.conf"
+    lines = conf_path.read_text().splitlines()
+    at = [i for i, line in enumerate(lines) if line.strip().startswith(f"{account}:")]
+    if len(at) != 1:
+        raise ConfigError("auth.conf", f"{conf_path}: no resolver_preload entry for account {account}")
+    lines[at[0]] = f"  {account}: {acc}"
+    conf_path.write_text("\n".join(lines) + "\n")
+    data["revocations"] = revocations
+    revoked = dict(data.get("revoked", {}) or {})  # type: ignore[call-overload]
+    revoked[name] = [*revoked.get(name, []), user]
+    data["revoked"] = revoked
+    (d / MANIFEST).write_text(json.dumps(data, indent=2) + "\n")
+    creds.unlink()
+    return conf_path
+
+
 def _gateway_arg(text: str) -> tuple[str, list[str]]:
     name, sep, vids = text.partition("=")
     if not sep or not name or not vids:
@@ -283,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     pg = sub.add_parser("add-gateway", help="a hub gateway credential for NAME=VID,VID (the others stay valid)")
     pg.add_argument("dir", type=Path)
     pg.add_argument("gateway", type=_gateway_arg, metavar="NAME=VID,VID")
+    pr = sub.add_parser("revoke", help="revoke NAME's credential (the servers apply it on a config reload)")
+    pr.add_argument("dir", type=Path)
+    pr.add_argument("name", help="a vehicle, gateway or role name (its creds/NAME.creds)")
     return p
 
 
@@ -294,6 +368,9 @@ def run(args: argparse.Namespace) -> int:
             print(path)
     elif args.action == "add-gateway":
         print(add_gateway(args.dir, *args.gateway))
+    elif args.action == "revoke":
+        print(revoke(args.dir, args.name))
+        print(f"revoked {args.name}: reload the servers (nats-server --signal reload) to apply it", file=sys.stderr)
     else:
         print(add_vehicle(args.dir, args.vid))
     return 0

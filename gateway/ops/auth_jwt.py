@@ -96,7 +96,9 @@ def operator_jwt(operator: NKey, name: str, *, system_account: str) -> str:
                       {"type": "operator", "version": 2, "system_account": system_account})
 
 
-def account_jwt(operator: NKey, account: str, name: str, *, signing_keys: list[str], jetstream: bool) -> str:
+def account_jwt(operator: NKey, account: str, name: str, *, signing_keys: list[str], jetstream: bool,
+                revocations: dict[str, int] | None = None) -> str:
+    """An account JWT; `revocations` maps a user's public key to a time: its JWTs issued until then are refused."""
     limits: dict[str, Any] = {
         "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
         "wildcards": True, "conn": -1, "leaf": -1,
@@ -108,10 +110,13 @@ def account_jwt(operator: NKey, account: str, name: str, *, signing_keys: list[s
                    "max_bytes_required": False}
     else:
         limits |= {"mem_storage": 0, "disk_storage": 0, "streams": 0, "consumer": 0}
-    return encode_jwt(operator, account, name, {
+    nats: dict[str, Any] = {
         "type": "account", "version": 2, "limits": limits, "signing_keys": signing_keys,
         "default_permissions": {"pub": {}, "sub": {}},
-    })
+    }
+    if revocations:
+        nats["revocations"] = dict(sorted(revocations.items()))
+    return encode_jwt(operator, account, name, nats)
 
 
 def user_jwt(signer: NKey, user: str, name: str, *, account: str, pub_allow: list[str],
@@ -142,6 +147,18 @@ def creds_text(token: str, seed: bytes) -> str:
         "------END USER NKEY SEED------\n\n"
         "*************************************************************\n"
     )
+
+
+def creds_jwt(text: str) -> str:
+    """The user JWT of a credentials file (the seed is not read)."""
+    lines = text.splitlines()
+    try:
+        start = lines.index("-----BEGIN NATS USER JWT-----")
+    except ValueError:
+        raise ValueError("not a NATS credentials file") from None
+    if start + 1 >= len(lines) or lines[start + 1].count(".") != 2:
+        raise ValueError("not a NATS credentials file")
+    return lines[start + 1].strip()
 
 
 def write_secret(path: Path, text: str) -> None:

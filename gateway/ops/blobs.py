@@ -23,6 +23,7 @@ from gateway import blobs
 from gateway.blobs import BlobError, BlobFailure, Transfer
 from gateway.contract import natsconn
 from gateway.contract.commands import OBJECT_NAME
+from gateway.ops.console import is_tty, print_table, transfer_progress
 from gateway.ops.runner import run_cli
 
 Attempt = Callable[[JetStreamContext], Awaitable[Transfer]]
@@ -47,22 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--json", action="store_true", help="machine-readable output")
         natsconn.add_nats_arguments(s)
     return p
-
-
-class LineProgress:
-    """Plain progress lines on stderr, one per tenth (a log file or a serial console reads them fine)."""
-
-    def __init__(self, label: str, *, quiet: bool) -> None:
-        self.label = label
-        self.quiet = quiet
-        self.shown = -1
-
-    def __call__(self, done_bytes: int, total_bytes: int) -> None:
-        tenth = 10 if total_bytes == 0 else done_bytes * 10 // total_bytes
-        if self.quiet or tenth == self.shown:
-            return
-        self.shown = tenth
-        print(f"{self.label}: {done_bytes}/{total_bytes} bytes ({tenth * 10}%)", file=sys.stderr, flush=True)
 
 
 def _doc(t: Transfer, **extra: object) -> dict[str, object]:
@@ -102,12 +87,12 @@ async def put(args: argparse.Namespace) -> int:
     if not await anyio.Path(data).is_file():
         print(f"mavjet blobs: {data}: not a readable file", file=sys.stderr)
         return 2
-    progress = LineProgress(f"put {args.file.name}", quiet=args.quiet or args.json)
+    with transfer_progress(f"put {args.file.name}", quiet=args.quiet or args.json) as progress:
 
-    async def attempt(js: JetStreamContext) -> Transfer:
-        return await blobs.put_blob(js, data, alias=args.name, progress=progress)
+        async def attempt(js: JetStreamContext) -> Transfer:
+            return await blobs.put_blob(js, data, alias=args.name, progress=progress)
 
-    t = await _with_retries(args, attempt)
+        t = await _with_retries(args, attempt)
     if args.json:
         print(json.dumps(_doc(t, name=args.name)))
     else:
@@ -119,12 +104,12 @@ async def put(args: argparse.Namespace) -> int:
 
 async def get(args: argparse.Namespace) -> int:
     dest: Path = args.output or Path(args.name.rsplit("/", 1)[-1])
-    progress = LineProgress(f"get {args.name}", quiet=args.quiet or args.json)
+    with transfer_progress(f"get {args.name}", quiet=args.quiet or args.json) as progress:
 
-    async def attempt(js: JetStreamContext) -> Transfer:
-        return await blobs.get_blob(js, args.name, dest, progress=progress)
+        async def attempt(js: JetStreamContext) -> Transfer:
+            return await blobs.get_blob(js, args.name, dest, progress=progress)
 
-    t = await _with_retries(args, attempt)
+        t = await _with_retries(args, attempt)
     if args.json:
         print(json.dumps(_doc(t, file=str(dest))))
     else:
@@ -148,10 +133,21 @@ async def ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
+    if is_tty():
+        print_table(["OBJECT", "BYTES", "SHA256 / LINK", "MTIME"],
+                    [[_short(str(r["object"])), f"{r['bytes']:,}",
+                      f"-> {_short(str(r['link']))}" if r["link"] else str(r["sha256"])[:16],
+                      str(r["mtime"])[:19]] for r in rows], right=["BYTES"])
+        return 0
     for r in rows:
         what = f"-> {r['link']}" if r["link"] else (f"sha256 {str(r['sha256'])[:16]}" if r["sha256"] else "")
         print(f"{r['object']:<48} {r['bytes']:>11} B  {what}")
     return 0
+
+
+def _short(name: str) -> str:
+    """`sha256/<64 hex>` as `sha256/<16 hex>…` on a terminal: enough to tell objects apart."""
+    return name[: len(blobs.HASH_PREFIX) + 16] + "…" if name.startswith(blobs.HASH_PREFIX) else name
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from nats.aio.client import Client
 
@@ -35,18 +37,43 @@ from gateway.ops.client import (
     new_command_id,
     vehicle_registered,
 )
+from gateway.ops.console import is_tty, print_table
 from gateway.ops.runner import run_cli
 
 EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT, EXIT_DUPLICATE = 0, 1, 2, 3, 4, 5
 
 
+def _catalogue_rows() -> list[list[str]]:
+    """[name, parameters, summary] per command; a `?` marks an optional parameter."""
+    return [[str(spec.name),
+             " ".join(f"{p.name}=<{p.kind.__name__}{', ' + p.unit if p.unit else ''}>" + ("" if p.required else "?")
+                      for p in spec.params),
+             spec.summary] for spec in CATALOGUE.values()]
+
+
 def _catalogue_text() -> str:
-    lines = ["commands:"]
-    for spec in CATALOGUE.values():
-        params = " ".join(f"{p.name}=<{p.kind.__name__}{', ' + p.unit if p.unit else ''}>" + ("" if p.required else "?")
-                          for p in spec.params)
-        lines.append(f"  {spec.name:<15} {params:<45} {spec.summary}")
-    return "\n".join(lines)
+    return "\n".join(["commands:", *(f"  {n:<15} {params:<45} {summary}" for n, params, summary in _catalogue_rows())])
+
+
+def catalogue_json() -> list[dict[str, object]]:
+    return [{"name": str(spec.name), "summary": spec.summary,
+             "params": [{"name": p.name, "type": p.kind.__name__, "required": p.required, "unit": p.unit or None,
+                         "min": p.lo, "max": p.hi, "default": p.default} for p in spec.params]}
+            for spec in CATALOGUE.values()]
+
+
+class _ListAction(argparse.Action):
+    """`--list [text|json]`: print the command catalogue and exit, like --help (no VID, no server)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        if values == "json":
+            print(json.dumps(catalogue_json(), indent=2, default=str))
+        elif is_tty():
+            print_table(["NAME", "PARAMETERS", "WHAT IT DOES"], _catalogue_rows())
+        else:
+            print(_catalogue_text())
+        parser.exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example: mavjet cmd VID-001 takeoff --param alt_m=20 --deadline 30s --wait\n\n" + _catalogue_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--list", action=_ListAction, nargs="?", const="text", choices=("text", "json"),
+                   help="print the command catalogue (`--list json` for scripts) and exit")
     p.add_argument("vid", help="vehicle id, e.g. VID-001")
     p.add_argument("name", choices=list(CATALOGUE), metavar="NAME", help="command name (see the list below)")
     p.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE", help="a parameter (repeatable)")

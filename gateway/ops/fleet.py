@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import fnmatch
 import json
@@ -39,6 +40,7 @@ from gateway.contract import natsconn
 from gateway.contract.errors import ConfigError
 from gateway.contract.subjects import event_filter, state_filter
 from gateway.contract.units import parse_duration_s
+from gateway.ops.console import live_screen, live_text
 from gateway.ops.read import (
     STALE_AFTER_S,
     Record,
@@ -203,20 +205,28 @@ async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | No
     subs = await follow(nc, env, view)
     loop = asyncio.get_running_loop()
     end = None if duration_s is None else loop.time() + duration_s
+    # On a terminal, rich's Live redraws in the alternate screen (restored on exit, no flicker);
+    # the frame is still render()'s text, cut to the terminal, so it fits 80x24 as tested.
+    screen = live_screen() if clear else contextlib.nullcontext()
     try:
-        while True:
-            await asyncio.sleep(refresh_s)
-            now = dt.datetime.now(dt.UTC)
-            size = shutil.get_terminal_size((80, 24))
-            fit = {"width": size.columns, "height": size.lines - 1} if clear else {}
-            text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)", **fit)
-            if clear:
-                sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
-            else:
-                sys.stdout.write(text + "\n\n")
+        with screen as live:
+            while True:
+                await asyncio.sleep(refresh_s)
+                now = dt.datetime.now(dt.UTC)
+                size = shutil.get_terminal_size((80, 24))
+                fit = {"width": size.columns, "height": size.lines - 1} if clear else {}
+                text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)", **fit)
+                if live is not None:
+                    live.update(live_text(text), refresh=True)
+                else:
+                    sys.stdout.write(text + "\n\n")
+                    sys.stdout.flush()
+                if end is not None and loop.time() >= end:
+                    break
+        if clear:  # --duration ran out: the last frame stays on the restored screen
+            sys.stdout.write(text + "\n")
             sys.stdout.flush()
-            if end is not None and loop.time() >= end:
-                return view
+        return view
     finally:
         for s in subs:
             await s.unsubscribe()  # type: ignore[attr-defined]

@@ -1,6 +1,9 @@
-"""`mavjet logs ls/get VID`: a vehicle's flight logs in TWIN_BLOBS, and downloading one from the vehicle.
+"""`mavjet logs ls/get VID`: a vehicle's flight logs, on the vehicle and in TWIN_LOGS.
 
-`ls VID` lists the logs already stored under `logs/<VID>/`. `get VID
+`ls VID` sends the `log_list` command and shows the vehicle's own list
+(LOG_ENTRY: id, size, date), each marked with whether it is already stored;
+`ls VID --stored` lists the logs stored in TWIN_LOGS (`logs/<VID>/...`)
+without asking the vehicle. `get VID
 LOG_ID|latest [--out FILE]` sends the `log_download` command, follows its
 `log_download_progress` events with a progress bar (plain lines when stderr
 is not a terminal) and prints the stored object, its sha256 and the rate;
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gateway import blobs
+from gateway import logstore
 from gateway.contract import natsconn
 from gateway.contract.envelope import unpack
 from gateway.contract.subjects import event_subject
@@ -35,8 +39,10 @@ _BAR_CELLS = 30
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet logs", description="A vehicle's dataflash logs, through TWIN_BLOBS.")
     sub = p.add_subparsers(dest="action", required=True)
-    ls = sub.add_parser("ls", help="logs of VID already stored in TWIN_BLOBS (logs/VID/)")
+    ls = sub.add_parser("ls", help="the logs VID holds (log_list), marked when stored; --stored: those in TWIN_LOGS")
     ls.add_argument("vid")
+    ls.add_argument("--stored", action="store_true", help="only the logs stored in TWIN_LOGS (the vehicle is not asked)")
+    ls.add_argument("--timeout", type=float, default=60.0, help="give up waiting for the vehicle after this many seconds")
     get = sub.add_parser("get", help="download a log from the vehicle into TWIN_BLOBS (and --out FILE)")
     get.add_argument("vid")
     get.add_argument("log", help="a log id, or latest")
@@ -78,12 +84,36 @@ class Bar:
 async def ls(args: argparse.Namespace) -> int:
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-logs"))
     try:
-        docs = await blobs.list_records(nc.jetstream(), f"logs/{args.vid}/")
+        records = await logstore.list_logs(nc.jetstream(), args.env, args.vid)
+        if args.stored:
+            return _print_stored(records, as_json=args.json)
+        async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
+            res = await client.call(args.vid, "log_list", {}, timeout_s=args.timeout)
     finally:
         await nc.close()
-    rows = [{"object": d["name"], "bytes": d.get("size") or 0, "mtime": d.get("mtime") or "",
-             "sha256": ((d.get("headers") or {}).get(blobs.SHA_HEADER) or [""])[0]} for d in docs]
+    if not res.accepted:
+        print(f"mavjet logs: log_list {res.result}: {res.detail}", file=sys.stderr)
+        return EXIT_TIMEOUT if res.result == "timeout" else EXIT_FAILED
+    stored = {r.object: r for r in records}
+    rows = []
+    for e in res.data.get("logs") or []:
+        rec = stored.get(str(e.get("object")))
+        rows.append({**e, "stored": rec is not None, "sha256": rec.sha256 if rec else None})
     if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    for r in rows:
+        when = (datetime.fromtimestamp(int(r["time_utc_s"]), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+                if r.get("time_utc_s") else "undated")
+        print(f"{r['log_id']:>5}  {r['size_bytes']:>11} B  {when:<20}  {'stored' if r['stored'] else '-'}")
+    print(res.detail, file=sys.stderr)
+    return EXIT_OK
+
+
+def _print_stored(records: list[logstore.LogRecord], *, as_json: bool) -> int:
+    rows = [{"object": r.object, "log_id": r.log_id, "bytes": r.size_bytes, "mtime": r.mtime, "sha256": r.sha256}
+            for r in records]
+    if as_json:
         print(json.dumps(rows))
     else:
         for r in rows:
@@ -142,7 +172,8 @@ async def get(args: argparse.Namespace) -> int:
             print(f"mavjet logs: {out['event']}: {out.get('reason', 'no result in time')}", file=sys.stderr)
             return EXIT_TIMEOUT if out["event"] == "timeout" else EXIT_FAILED
         if args.out is not None:
-            t = await blobs.get_blob(nc.jetstream(), str(out["object"]), args.out)
+            vid, name = logstore.split_object(str(out["object"]))
+            t = await logstore.get_log(nc.jetstream(), args.env, vid, name, args.out)
             out["file"] = str(args.out)
             out["file_sha256"] = t.sha256
     finally:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -161,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", help="comma-separated stream names (default: the TWIN_* streams)")
     p.add_argument("--wait", type=duration, default=0.0, help="status: wait up to this long for sync, e.g. 2m (default: no wait)")
     p.add_argument("--yes", action="store_true", help="remove: really delete the original streams")
+    p.add_argument("--json", action="store_true", help="status: one object per stream (for scripts)")
     return p
 
 
@@ -194,6 +197,9 @@ async def run(args: argparse.Namespace) -> int:
         elif args.step == "status":
             status = (await wait_in_sync(src, dst, streams=streams, timeout_s=args.wait) if args.wait
                       else await mirror_status(src, dst, streams=streams))
+            if args.json:
+                print(json.dumps([{**dataclasses.asdict(st), "in_sync": st.in_sync} for st in status], indent=2))
+                return 0 if all(st.in_sync for st in status) else 1
             for st in status:
                 state = "in sync" if st.in_sync else (st.error or f"lag {st.lag}")
                 print(f"{st.stream:16} source {st.source_last_seq:>9} target {st.target_last_seq:>9}  {state}")

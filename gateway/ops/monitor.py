@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
 import sys
 import threading
 import time
@@ -31,6 +33,7 @@ from prometheus_client.registry import Collector
 from gateway.contract import natsconn
 from gateway.contract.errors import ConfigError
 from gateway.contract.units import parse_duration_s
+from gateway.ops.console import console, is_tty, rich_table
 from gateway.ops.health import Health, Thresholds, collect_health, evaluate
 from gateway.ops.runner import run_cli
 
@@ -157,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", default="5s", help="how often to read the JetStream API (default %(default)s)")
     p.add_argument("--timeout", default="5s", help="deadline for one read of the JetStream API")
     p.add_argument("--once", action="store_true", help="print health and crossed thresholds, exit 1 if any")
+    p.add_argument("--json", action="store_true", help="with --once: streams, consumers, replicas and problems as JSON")
     return p
 
 
@@ -181,6 +185,41 @@ def format_report(health: Health, thresholds: Thresholds) -> str:
     return "\n".join(lines)
 
 
+def report_json(health: Health, thresholds: Thresholds) -> dict[str, Any]:
+    """`--once --json`: the snapshot's fields as they are named in gateway.ops.health, plus the problems."""
+    return {
+        "streams": [{**dataclasses.asdict(s), "bytes_ratio": s.bytes_ratio} for s in health.streams],
+        "consumers": [dataclasses.asdict(c) for c in health.consumers],
+        "replicas": [dataclasses.asdict(r) for r in health.replicas],
+        "problems": [dataclasses.asdict(p) for p in evaluate(health, thresholds)],
+    }
+
+
+def print_report(health: Health, thresholds: Thresholds) -> None:
+    """`--once` on a terminal: the same facts as format_report, as tables."""
+    out = console()
+    out.print(rich_table(
+        ["STREAM", "MSGS", "BYTES", "OF MAX", "REPLICAS", "LEADER"],
+        [[s.stream, f"{s.messages:,}", f"{s.bytes:,}", "-" if s.bytes_ratio is None else f"{s.bytes_ratio:.1%}",
+          str(s.replicas), s.leader or "-"] for s in health.streams],
+        title="streams", right=["MSGS", "BYTES", "OF MAX", "REPLICAS"]))
+    if health.consumers:
+        out.print(rich_table(["STREAM", "CONSUMER", "PENDING", "ACK PENDING"],
+                             [[c.stream, c.consumer, f"{c.num_pending:,}", f"{c.num_ack_pending:,}"]
+                              for c in health.consumers],
+                             title="consumers", right=["PENDING", "ACK PENDING"]))
+    if health.replicas:
+        out.print(rich_table(["STREAM", "PEER", "CURRENT", "OFFLINE", "LAG"],
+                             [[r.stream, r.peer, str(r.current), str(r.offline), f"{r.lag:,}"]
+                              for r in health.replicas], title="replicas", right=["LAG"]))
+    problems = evaluate(health, thresholds)
+    if problems:
+        out.print(rich_table(["PROBLEM", "WHERE", "DETAIL"], [[p.kind, p.subject, p.detail] for p in problems],
+                             title="[bold red]problems[/]"))
+    else:
+        out.print("problems: [green]none[/]")
+
+
 async def _connect(args: argparse.Namespace, *, persistent: bool) -> Client:
     opts = natsconn.options_from_args(args, name="mavjet-monitor")
     if not persistent:
@@ -195,6 +234,8 @@ async def run(args: argparse.Namespace) -> int:
     if interval_s <= 0 or timeout_s <= 0:
         raise ConfigError("--interval", "interval and timeout must be > 0")
     thresholds = Thresholds()
+    if args.json and not args.once:
+        raise ConfigError("--json", "--json goes with --once (the exporter serves /metrics)")
     if args.once:
         nc = await _connect(args, persistent=False)
         try:
@@ -202,7 +243,12 @@ async def run(args: argparse.Namespace) -> int:
                 health = await collect_health(nc.jetstream(timeout=timeout_s))
         finally:
             await nc.close()
-        print(format_report(health, thresholds))
+        if args.json:
+            print(json.dumps(report_json(health, thresholds), indent=2))
+        elif is_tty():
+            print_report(health, thresholds)
+        else:
+            print(format_report(health, thresholds))
         return 1 if evaluate(health, thresholds) else 0
 
     host, port = parse_listen(args.listen)

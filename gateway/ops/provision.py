@@ -114,7 +114,7 @@ def load_definitions(
 
     `size` scales the reservations to a preset (gateway/ops/reserve.py SIZES);
     `max_bytes` sets them per resource (`TWIN_EVENTS`, `TWIN_STATE`,
-    `TWIN_BLOBS`), after the preset.
+    `TWIN_BLOBS`, `TWIN_LOGS`), after the preset.
     """
     defs = _load(directory, env=env, replicas=replicas)
     if size is not None and size not in SIZES:
@@ -314,16 +314,17 @@ async def _undo(js: JetStreamContext, done: list[tuple[Definition, Action, jsapi
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mavjet provision",
-        description="Create or update TWIN_STATE, TWIN_EVENTS, TWIN_CMD, TWIN_SHADOW and TWIN_BLOBS "
-        "from the definitions in deploy/jetstream/. Safe to run again.",
+        description="Create or update the twin's streams (TWIN_STATE, TWIN_EVENTS, TWIN_CMD, TWIN_LOGS, ...), "
+        "TWIN_SHADOW and TWIN_BLOBS from the definitions in deploy/jetstream/. Safe to run again.",
     )
     natsconn.add_nats_arguments(p)
     p.add_argument("--replicas", type=int, default=1, help="1 on a single server, 3 on a cluster (default: 1)")
     p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     p.add_argument("--definitions", type=Path, default=DEFINITIONS_DIR, help="directory of JSON definitions")
     p.add_argument("--size", choices=list(SIZES),
-                   help="scale the storage reservations: small (events 1 GiB, state 256 MiB, blobs 1 GiB: a laptop "
-                        "or companion), medium (10 GiB, 2 GiB, 10 GiB), large (the definitions: 100 GB, 10 GB); "
+                   help="scale the storage reservations: small (events 1 GiB, state 256 MiB, blobs 1 GiB, logs "
+                        "512 MiB: a laptop or companion), medium (10 GiB, 2 GiB, 10 GiB, 5 GiB), large (the "
+                        "definitions: 100 GB, 10 GB, blobs and logs unbounded); "
                         "default: the definitions")
     p.add_argument("--max-bytes", action="append", default=[], metavar="NAME=SIZE",
                    help="reserve SIZE for one resource, e.g. TWIN_EVENTS=20GB (repeatable; after --size)")

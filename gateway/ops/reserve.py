@@ -23,10 +23,12 @@ from nats.js.errors import APIError
 
 GiB = 1024**3
 
-# Per stream: max_bytes for each preset (the object store is unbounded unless a preset bounds it).
+# Per stream: max_bytes for each preset (the object store, TWIN_LOGS and TWIN_TRACKS are unbounded unless a preset bounds them).
 SIZES: dict[str, dict[str, int]] = {
-    "small": {"TWIN_EVENTS": 1 * GiB, "TWIN_STATE": 256 * 1024**2, "OBJ_TWIN_BLOBS": 1 * GiB},
-    "medium": {"TWIN_EVENTS": 10 * GiB, "TWIN_STATE": 2 * GiB, "OBJ_TWIN_BLOBS": 10 * GiB},
+    "small": {"TWIN_EVENTS": 1 * GiB, "TWIN_STATE": 256 * 1024**2, "OBJ_TWIN_BLOBS": 1 * GiB,
+              "TWIN_LOGS": 512 * 1024**2, "TWIN_TRACKS": 256 * 1024**2},
+    "medium": {"TWIN_EVENTS": 10 * GiB, "TWIN_STATE": 2 * GiB, "OBJ_TWIN_BLOBS": 10 * GiB,
+               "TWIN_LOGS": 5 * GiB, "TWIN_TRACKS": 5 * GiB},
     "large": {},  # the definitions as written
 }
 

@@ -35,6 +35,7 @@ from nats.js.kv import KeyValue
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import SHADOW_BUCKET, check_token, shadow_key
+from gateway.ops.console import is_tty, print_table
 from gateway.ops.runner import duration, run_cli
 from gateway.shadow.document import parse_desired
 
@@ -147,7 +148,8 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue) -> int:
         for d in which:
             rev, doc = await _get(kv, key[d])
             out[d] = {"revision": rev, "value": doc}
-        print(_dump(out[which[0]]["value"] if len(which) == 1 else out))
+        # The plain form is already JSON (one document bare); --json is always {doc: {revision, value}}.
+        print(_dump(out if args.json or len(which) > 1 else out[which[0]]["value"]))
         return 0
     if args.action == "set":
         rev, cur = await _get(kv, key["desired"])
@@ -192,6 +194,13 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue) -> int:
         except nats.js.errors.NoKeysError:
             print(f"no history for {k}", file=sys.stderr)
             return 1
+        if args.json:
+            print(json.dumps([_history_doc(e) for e in entries], indent=2, default=str))
+            return 0
+        if is_tty():
+            print_table(["REVISION", "CREATED", "VALUE"],
+                        [[str(e.revision), str(e.created or ""), _body(e)] for e in entries], right=["REVISION"])
+            return 0
         for e in entries:
             when = e.created if e.created is not None else ""
             body = "(deleted)" if e.operation in ("DEL", "PURGE") else (e.value or b"").decode("utf-8", "replace")
@@ -203,12 +212,35 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue) -> int:
         rev, _ = await _get(kv, key["desired"])
         _, rep = await _get(kv, key["reported"])
         lines = diff_lines(rev, rep if isinstance(rep, dict) else None)
+        if args.json:
+            reported = rep if isinstance(rep, dict) else None
+            print(json.dumps({
+                "converged": not lines, "desired_revision": rev,
+                "applied_revision": None if reported is None else reported.get("desired_revision"),
+                "delta": {} if reported is None else reported.get("delta") or {},
+                "link": None if reported is None else reported.get("link"), "problems": lines,
+            }, indent=2, sort_keys=True, default=str))
+            return 0 if not lines else 1
         if not lines:
             print(f"converged at desired revision {rev}")
             return 0
         print("\n".join(lines))
         return 1
     raise UsageError(f"unknown action {args.action}")
+
+
+def _body(e: Any) -> str:
+    return "(deleted)" if e.operation in ("DEL", "PURGE") else (e.value or b"").decode("utf-8", "replace")
+
+
+def _history_doc(e: Any) -> dict[str, Any]:
+    value: Any = None
+    if e.operation not in ("DEL", "PURGE"):
+        try:
+            value = json.loads(e.value or b"null")
+        except ValueError:
+            value = (e.value or b"").decode("utf-8", "replace")
+    return {"revision": e.revision, "created": e.created, "operation": e.operation or "PUT", "value": value}
 
 
 async def _watch(args: argparse.Namespace, kv: KeyValue, key: dict[str, str]) -> int:
@@ -230,7 +262,9 @@ async def _watch(args: argparse.Namespace, kv: KeyValue, key: dict[str, str]) ->
                 value = json.loads(e.value or b"null")
             except ValueError:
                 value = (e.value or b"").decode("utf-8", "replace")
-            if doc == "reported" and isinstance(value, dict):
+            if args.json:
+                print(json.dumps({"doc": doc, "revision": e.revision, "value": value}, sort_keys=True), flush=True)
+            elif doc == "reported" and isinstance(value, dict):
                 delta = ", ".join(f"{p}: {d.get('reason')}" for p, d in (value.get("delta") or {}).items())
                 print(f"reported r{e.revision} desired_revision={value.get('desired_revision')} "
                       f"converged={value.get('converged')} link={value.get('link')}" + (f" delta: {delta}" if delta else ""),
@@ -253,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("get", help="print shadow documents (default: desired and reported)")
     common(g)
+    g.add_argument("--json", action="store_true", help="always {doc: {revision, value}} (for scripts)")
     for doc in DOCS:
         g.add_argument(f"--{doc}", action="store_true", help=f"only {doc}")
     s = sub.add_parser("set", help="write desired: FIELD=VALUE ... merged in, or --file replaces it")
@@ -268,12 +303,15 @@ def build_parser() -> argparse.ArgumentParser:
     h = sub.add_parser("history", help="the revisions kept (history 5)")
     common(h)
     h.add_argument("--reported", action="store_true", help="reported's history instead of desired's")
+    h.add_argument("--json", action="store_true", help="a JSON list of {revision, created, operation, value}")
     w = sub.add_parser("watch", help="print desired/reported/meta/config changes as they happen")
     common(w)
     w.add_argument("--count", type=int, help="exit after this many updates")
+    w.add_argument("--json", action="store_true", help="one JSON line per update: {doc, revision, value}")
     w.add_argument("--timeout", type=duration, default=30.0, help="with --count: give up after this long idle, e.g. 30s (default: 30s)")
     d = sub.add_parser("diff", help="what has not converged, and why (exit 1 if anything)")
     common(d)
+    d.add_argument("--json", action="store_true", help="converged, revisions, delta and the problems as JSON")
     return p
 
 

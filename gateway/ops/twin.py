@@ -17,9 +17,11 @@ from typing import Any
 from gateway.contract import natsconn
 from gateway.contract.subjects import STATE_CHANNELS, check_token
 from gateway.contract.units import parse_duration_s
+from gateway.ops.console import console, is_tty, rich_table
 from gateway.ops.fmt import format_fields
 from gateway.ops.read import (
     STALE_AFTER_S,
+    Record,
     age_s,
     current_state,
     events_since,
@@ -68,6 +70,9 @@ async def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, default=str))
         return 0
     age = "no samples" if fresh.age_s is None else f"newest sample {fresh.age_s:.1f} s old"
+    if is_tty():
+        _print_rich(args, state, events, now=now, stale=fresh.stale, reason=fresh.reason, age=age)
+        return 0
     print(f"{args.vid} ({args.env})  " + (f"STALE: {fresh.reason} ({age})" if fresh.stale else f"live ({age})"))
     for ch in STATE_CHANNELS:
         r = state.get((args.vid, ch))
@@ -79,6 +84,18 @@ async def run(args: argparse.Namespace) -> int:
     for e in events:
         print("  " + format_event(e))
     return 0
+
+
+def _print_rich(args: argparse.Namespace, state: dict[tuple[str, str], Record], events: list[Record], *,
+                now: dt.datetime, stale: bool, reason: str | None, age: str) -> None:
+    """The same facts as the plain text, as two tables (only on a terminal)."""
+    out = console()
+    status = f"[bold red]STALE[/]: {reason} ({age})" if stale else f"[bold green]live[/] ({age})"
+    out.print(f"[bold]{args.vid}[/] ({args.env})  {status}")
+    rows = [[ch, f"{r.time:%H:%M:%S.%f}"[:-3], f"{age_s(r.time, now):.1f}s", format_fields(r.data)]
+            for ch in STATE_CHANNELS if (r := state.get((args.vid, ch))) is not None]
+    out.print(rich_table(["CHANNEL", "TIME", "AGE", "FIELDS"], rows, right=["AGE"]))
+    out.print(rich_table(["LAST EVENTS"], [[format_event(e)] for e in events]))
 
 
 def _round(v: float | None) -> float | None:

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
+import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from xml.etree import ElementTree
 
 import pytest
 
+from analytics.charts import time_series_figure, track_figure
 from analytics.flightreport import flight_file, flight_page, project_m, track_svg
 from analytics.synth import haversine_m
 
-SVG = "{http://www.w3.org/2000/svg}"
 T0 = dt.datetime(2025, 6, 1, 12, 0, 0)
 
 
@@ -82,19 +83,39 @@ def test_projection_keeps_metres_equal_on_both_axes() -> None:
 
 def test_track_is_drawn_to_scale_north_up() -> None:
     _, samples, _ = _flight()
-    svg = ElementTree.fromstring(track_svg([(s["lat_deg"], s["lon_deg"]) for s in samples])).find(f"{SVG}svg")
-    assert svg is not None
-    m_per_px = float(svg.get("data-m-per-px", "0"))
-    line = next(e for e in svg.iter(f"{SVG}polyline") if e.get("class") == "track")
-    pts = [tuple(map(float, p.split(","))) for p in (line.get("points") or "").split()]
-    (x0, y0), (x1, y1), (x2, y2) = pts[0], pts[1], pts[2]
-    assert (x1 - x0) * m_per_px == pytest.approx(1000, rel=2e-3) and y1 == pytest.approx(y0)  # east: right
-    assert (y1 - y2) * m_per_px == pytest.approx(1000, rel=2e-3) and x2 == pytest.approx(x1)  # north: up
-    bar = next(e for e in svg.iter(f"{SVG}line") if e.get("class") == "scale-bar")
-    label = next(e for e in svg.iter(f"{SVG}text") if e.get("class") == "scale-label").text or ""
-    bar_m = (float(bar.get("x2", "0")) - float(bar.get("x1", "0"))) * m_per_px
-    assert label in ("200 m", "500 m") and bar_m == pytest.approx(float(label.split()[0]), rel=1e-3)
+    points = [(s["lat_deg"], s["lon_deg"]) for s in samples]
+    fig = track_figure(project_m(points))
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "east (m)" and ax.get_ylabel() == "north (m)"
+    line = next(ln for ln in ax.get_lines() if ln.get_gid() == "track")
+    (x0, y0), (x1, y1), (x2, y2) = [tuple(map(float, p)) for p in line.get_xydata()[:3]]  # type: ignore[union-attr]
+    assert x1 - x0 == pytest.approx(1000, rel=2e-3) and y1 == pytest.approx(y0, abs=1e-6)  # east: +x, in metres
+    assert y2 - y1 == pytest.approx(1000, rel=2e-3) and x2 == pytest.approx(x1, abs=1e-6)  # north: +y
+    # to scale on the page: 1 km east and 1 km north are the same number of pixels, and north is up
+    to_px = ax.transData.transform
+    (p0x, p0y), (p1x, p1y), (p2x, p2y) = to_px([(x0, y0), (x1, y1), (x2, y2)])
+    east_px, north_px = p1x - p0x, p2y - p1y
+    assert east_px > 100 and north_px == pytest.approx(east_px, rel=1e-3)
+    assert p1y == pytest.approx(p0y) and p2x == pytest.approx(p1x)  # east is across, north straight up
+    svg = track_svg(points)
+    assert 'id="track"' in svg and "<title>start</title>" in svg and "north up, to scale" in svg
     assert "no positions" in track_svg([])
+
+
+def test_altitude_and_battery_axes() -> None:
+    _, samples, _ = _flight()
+    alt = [((s["time"] - T0).total_seconds(), s["alt_m"]) for s in samples]
+    fig = time_series_figure(alt, y_label="altitude (m)")
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "minutes since armed" and ax.get_ylabel() == "altitude (m)"
+    lo, hi = ax.get_xlim()
+    assert lo == 0 and hi >= 8 and [t for t in ax.get_xticks() if lo <= t <= hi] == [0, 2, 4, 6, 8]  # minutes
+    assert ax.get_ylim()[0] <= 0 <= 50 <= ax.get_ylim()[1]  # altitude from the ground up
+    batt = [((s["time"] - T0).total_seconds(), s["battery_pct"]) for s in samples]
+    fig = time_series_figure(batt, y_label="battery (%)", y_range=(0.0, 100.0))
+    assert fig.axes[0].get_ylim() == (0.0, 100.0)  # a battery axis is 0-100 %, not zoomed into the drop
 
 
 def test_flight_page_structure() -> None:
@@ -114,17 +135,98 @@ def test_flight_page_without_positions_still_renders() -> None:
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BLUE = (0x1F, 0x77, 0xB4)  # the charts' first colour: bars, the track, the time series
+
+
+def screenshot(html_file: Path, png: Path, *, width: int = 1000, height: int = 1800) -> Any:
+    """Chromium's rendering of the page as an (height, width, 3) array of RGB pixels."""
+    import numpy as np
+    from PIL import Image
+
+    subprocess.run(
+        [str(CHROMIUM), "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+         "--force-device-scale-factor=1", f"--screenshot={png}", f"--window-size={width},{height}",
+         html_file.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )
+    if keep := os.environ.get("MAVJET_SCREENSHOT_DIR"):  # CI keeps them as artifacts
+        shutil.copy(png, Path(keep) / png.name)
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == (width, height)
+        return np.asarray(im.convert("RGB"), dtype=np.int16)
+
+
+def _blue(px: Any) -> Any:
+    import numpy as np
+
+    return np.all(np.abs(px - np.array(BLUE)) < 40, axis=-1)
+
+
+def _long_runs(mask: Any, min_px: int) -> list[tuple[int, int, int]]:
+    """(row, first column, length) of the longest run of True in each row, for runs >= min_px."""
+    out = []
+    for y, row in enumerate(mask):
+        best = (0, 0)
+        start = None
+        for x, on in enumerate([*row.tolist(), False]):
+            if on and start is None:
+                start = x
+            elif not on and start is not None:
+                best = max(best, (x - start, start))
+                start = None
+        if best[0] >= min_px:
+            out.append((y, best[1], best[0]))
+    return out
+
+
+def _edges(runs: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """Runs in consecutive rows grouped: one drawn line or bar is a few pixels thick."""
+    groups: list[list[tuple[int, int, int]]] = []
+    for r in runs:
+        if groups and r[0] - groups[-1][-1][0] <= 2:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (`which chromium` finds nothing)")
-def test_headless_chromium_screenshot(tmp_path: Path) -> None:
+def test_headless_chromium_screenshots_of_the_front_page_and_a_flight_page(tmp_path: Path) -> None:
+    import numpy as np
+
+    from analytics.report import ReportData, render
+
+    # The flight page: a 1 km square flown east, north, west, south must come out square on screen.
     page = tmp_path / "flight.html"
     page.write_text(flight_page(*_flight()), encoding="utf-8")
-    shot = tmp_path / "flight.png"
-    subprocess.run(
-        [str(CHROMIUM), "--headless", "--disable-gpu", "--no-sandbox", f"--screenshot={shot}",
-         "--window-size=1000,1800", page.as_uri()],
-        capture_output=True, timeout=120, check=True,
+    px = screenshot(page, tmp_path / "flight.png")
+    assert (px < 245).any(axis=-1).mean() > 0.03  # not a blank page
+    runs = _long_runs(_blue(px), 120)
+    groups = _edges(runs)
+    assert len(groups) >= 2, runs  # the square's north and south edges (then the altitude plateau)
+    top, bottom = groups[0], groups[1]
+    side_px = float(np.median([r[2] for r in top]))
+    height_px = float(np.mean([r[0] for r in bottom]) - np.mean([r[0] for r in top]))
+    assert side_px > 200 and height_px == pytest.approx(side_px, rel=0.05)  # to scale: a square
+    # the edges end at the same x: the east side is vertical (the start/end markers cover the west corner)
+    assert abs((top[0][1] + top[0][2]) - (bottom[0][1] + bottom[0][2])) <= 4
+
+    # The front page: KPIs, three charts, and the tables under them.
+    d = ReportData(
+        summary={"events": 1234}, kpis={"flights": 42, "failsafe_rate": 0.25},
+        flights_per_vehicle=[(f"VID-{i:03d}", float(12 - i)) for i in range(8)],
+        failsafe_days=[(dt.date(2025, 6, 1) + dt.timedelta(days=i)).isoformat() for i in range(30)],
+        failsafe_series={"battery": [float(i % 3) for i in range(30)], "gcs": [float(i % 2) for i in range(30)]},
+        command_rows=[{"name": "arm", "count": 3, "latency_p50_ms": 40.0, "latency_p95_ms": 90.0,
+                       "latency_p99_ms": 4000.0}],
     )
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000  # a rendered page, not a blank
+    front = tmp_path / "report.html"
+    front.write_text(render(d), encoding="utf-8")
+    px = screenshot(front, tmp_path / "report.png")
+    blue = _blue(px)
+    assert blue.mean() > 0.005  # the bars are drawn
+    bars = _edges(_long_runs(blue, 60))
+    # the flights-per-vehicle bars: 8 of them, the longest first and each shorter than the one above
+    lengths = [max(r[2] for r in bar) for bar in bars[:8]]
+    assert len(lengths) == 8 and all(a > b for a, b in itertools.pairwise(lengths)), lengths
+    assert lengths[0] / lengths[-1] == pytest.approx(12 / 5, rel=0.05)  # bar length proportional to the count

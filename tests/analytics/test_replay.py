@@ -81,7 +81,7 @@ def test_replay_writes_kpis_chains_and_flight_pages(local_out: tuple[Path, dict[
         page = (out / href).read_text()
         po = outline(page)
         assert po.headings[1:] == ["Track", "Altitude and battery", "Commands", "Events"], href
-        assert po.tags.count("svg") == 3 and "polyline" in po.tags and "script" not in po.tags
+        assert po.tags.count("svg") == 3 and 'id="track"' in page and "script" not in po.tags
         assert "../report.html" in po.links
 
 

@@ -1,80 +1,103 @@
-"""The report's charts: labelled axes, integer ticks on count axes, date labels that do not overlap.
+"""The report's charts (matplotlib): labelled axes, integer ticks on count axes, date labels that do not overlap.
 
-Pure: the charts are SVG strings, inspected as XML.
+Pure: each chart's Figure is inspected after layout (labels, the ticks inside
+the view, the drawn extents of the tick labels), and its inline SVG as XML.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 from xml.etree import ElementTree
 
 import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from analytics.report import (
-    CHAR_W_10PX,
-    bar_chart,
-    grouped_log_bars,
-    label_step,
-    nice_ticks,
-    stacked_columns,
-)
+from analytics import charts
+from analytics.report import bar_chart, grouped_log_bars, stacked_columns
 
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def _svg(figure: str) -> ElementTree.Element:
-    root = ElementTree.fromstring(figure)
+def _axes(fig: Figure) -> Axes:
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    return ax
+
+
+def _visible_ticks(ax: Axes, axis: str) -> list[float]:
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    ticks = ax.get_yticks() if axis == "y" else ax.get_xticks()
+    return [float(t) for t in ticks if lo - 1e-9 <= t <= hi + 1e-9]
+
+
+def _svg_texts(figure_html: str) -> list[str]:
+    root = ElementTree.fromstring(figure_html)  # the whole <figure> is well-formed XML
     svg = root.find(f"{SVG}svg")
     assert svg is not None
-    return svg
-
-
-def _texts(svg: ElementTree.Element, cls: str) -> list[ElementTree.Element]:
-    return [t for t in svg.iter(f"{SVG}text") if t.get("class") == cls]
+    return [t.text or "" for t in svg.iter(f"{SVG}text")]
 
 
 @pytest.mark.parametrize("vmax", [1, 2, 3, 5, 7, 13, 99, 1234])
-def test_count_ticks_are_integers_from_zero_past_the_maximum(vmax: int) -> None:
-    ticks = nice_ticks(vmax, integer=True)
-    assert ticks[0] == 0 and ticks[-1] >= vmax and 2 <= len(ticks) <= 7
-    assert all(float(t).is_integer() for t in ticks)
-    steps = {round(b - a, 9) for a, b in itertools.pairwise(ticks)}
-    assert len(steps) == 1
+def test_count_axes_have_integer_ticks(vmax: int) -> None:
+    ax = _axes(charts.stacked_figure(["2025-06-01", "2025-06-02"], {"gcs": [float(vmax), 0.0]},
+                                     y_label="failsafes per day", x_label="day (UTC)"))
+    ticks = _visible_ticks(ax, "y")
+    assert ticks[0] == 0 and ticks[-1] <= vmax * 1.05 and len(ticks) >= 2
+    assert all(t.is_integer() for t in ticks), ticks  # never 0.5 failsafes
+    assert len({round(b - a, 9) for a, b in itertools.pairwise(ticks)}) == 1
+    ax = _axes(charts.bar_figure([("VID-1", float(vmax)), ("VID-2", 1.0)], x_label="flights", y_label="vehicle"))
+    assert all(t.is_integer() for t in _visible_ticks(ax, "x"))
 
 
-def test_failsafe_chart_has_its_y_label_and_integer_ticks() -> None:
-    # 3 failsafes at most: the old chart labelled its middle line "2" (1.5 rounded)
+def test_failsafe_chart_has_its_labels_and_integer_ticks() -> None:
+    # 3 failsafes at most: the old hand-drawn chart labelled a line "2" that was 1.5
     days = ["2025-06-01", "2025-06-02", "2025-06-03"]
-    svg = _svg(stacked_columns(days, {"battery": [1.0, 0.0, 3.0]}, title="t", y_label="failsafes per day"))
-    (ylabel,) = _texts(svg, "axis-label-y")
-    assert ylabel.text == "failsafes per day"
-    (xlabel,) = _texts(svg, "axis-label-x")
-    assert xlabel.text == "day (UTC)"
-    ticks = [t.text or "" for t in _texts(svg, "tick-y")]
-    assert ticks == ["0", "1", "2", "3"]
+    ax = _axes(charts.stacked_figure(days, {"battery": [1.0, 0.0, 3.0]}, y_label="failsafes per day",
+                                     x_label="day (UTC)"))
+    assert ax.get_ylabel() == "failsafes per day" and ax.get_xlabel() == "day (UTC)"
+    assert _visible_ticks(ax, "y") == [0, 1, 2, 3]
+    texts = _svg_texts(stacked_columns(days, {"battery": [1.0, 0.0, 3.0]}, title="t", y_label="failsafes per day"))
+    assert "failsafes per day" in texts and "day (UTC)" in texts and "battery" in texts
+    assert [t for t in texts if re.fullmatch(r"\d+", t)] == ["02", "03", "0", "1", "2", "3"]
 
 
-def test_date_labels_never_overlap_for_any_range() -> None:
-    for n_days in (1, 7, 30, 90, 365):
-        days = [(dt.date(2025, 1, 1) + dt.timedelta(days=i)).isoformat() for i in range(n_days)]
-        svg = _svg(stacked_columns(days, {"gcs": [1.0] * n_days}, title="t"))
-        labels = _texts(svg, "tick-x")
-        assert labels and labels[0].text == days[0]
-        xs = [float(t.get("x", "0")) for t in labels]
-        width = len(days[0]) * CHAR_W_10PX
-        assert all(b - a >= width for a, b in itertools.pairwise(xs)), n_days
-    assert label_step(["2025-06-01"] * 10, 100.0) == 1
+@pytest.mark.parametrize("n_days", [1, 7, 30, 90, 365, 1000])
+def test_date_labels_never_overlap_for_any_range(n_days: int) -> None:
+    days = [(dt.date(2025, 1, 1) + dt.timedelta(days=i)).isoformat() for i in range(n_days)]
+    fig = charts.stacked_figure(days, {"gcs": [1.0] * n_days}, y_label="failsafes per day", x_label="day (UTC)")
+    ax = _axes(fig)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    lo, hi = ax.get_xlim()
+    labels = [t for t, x in zip(ax.get_xticklabels(), ax.get_xticks(), strict=True) if lo <= x <= hi and t.get_text()]
+    assert len(labels) >= 2 or n_days == 1
+    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+    assert all(a.x1 + 2 <= b.x0 for a, b in itertools.pairwise(boxes)), [t.get_text() for t in labels]
+    assert len(labels) <= 10  # readable: a handful of dates, not one per column
 
 
 def test_flights_chart_counts_on_an_integer_axis_with_labels() -> None:
-    svg = _svg(bar_chart([("VID-1", 3.0), ("VID-2", 1.0)], title="t", x_label="flights", y_label="vehicle"))
-    assert [t.text for t in _texts(svg, "tick-x")] == ["0", "1", "2", "3"]
-    assert [t.text for t in _texts(svg, "axis-label-x")] == ["flights"]
-    assert [t.text for t in _texts(svg, "axis-label-y")] == ["vehicle"]
-    assert [t.text for t in _texts(svg, "category")] == ["VID-1", "VID-2"]
+    page = bar_chart([("VID-1", 3.0), ("VID-2", 1.0)], title="t", x_label="flights", y_label="vehicle", unit="flights")
+    texts = _svg_texts(page)
+    assert "flights" in texts and "vehicle" in texts and "VID-1" in texts and "VID-2" in texts
+    ax = _axes(charts.bar_figure([("VID-1", 3.0), ("VID-2", 1.0)], x_label="flights", y_label="vehicle"))
+    assert _visible_ticks(ax, "x") == [0, 1, 2, 3]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["VID-1", "VID-2"]  # first item on top
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]
+    assert "<title>VID-1: 3 flights</title>" in page  # each bar's tooltip has the exact value
 
 
 def test_latency_chart_names_its_unit_and_scale() -> None:
-    svg = _svg(grouped_log_bars(["arm"], {"p50": [40.0], "p99": [4000.0]}, title="t", unit="ms"))
-    assert [t.text for t in _texts(svg, "axis-label-x")] == ["ms, log scale"]
+    page = grouped_log_bars(["arm"], {"p50": [40.0], "p99": [4000.0]}, title="t", unit="ms")
+    assert "ms, log scale" in _svg_texts(page)
+    ax = _axes(charts.log_bars_figure(["arm"], {"p50": [40.0], "p99": [4000.0]}, unit="ms"))
+    assert ax.get_xscale() == "log" and ax.get_xlim()[0] <= 40.0 and ax.get_xlim()[1] >= 4000.0
+
+
+def test_inline_svg_loads_nothing() -> None:
+    page = bar_chart([("a", 1.0)], title="t")
+    assert "xlink" not in page and "<metadata" not in page and "<image" not in page
+    assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"]
+    assert "no data" in stacked_columns([], {}, title="t")

@@ -14,10 +14,10 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gateway.blobs import fetch_blob
 from gateway.commands.logs import LogDownloadConfig, LogDownloadService
 from gateway.contract.envelope import unpack
 from gateway.daemon import Gateway
+from gateway.logstore import fetch_log, split_object
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from sim.logs import LOG_DATA_BYTES
@@ -75,7 +75,7 @@ async def test_latest_log_is_stored_byte_identical_and_set_mode_is_not_held_up(
         assert done.get("object") == r.data["object"], done
         assert done["sha256"] == hashlib.sha256(held.data).hexdigest() and done["size_bytes"] == len(held.data)
         assert done["kib_s"] > 0
-        stored = await fetch_blob(rig.nc.jetstream(), r.data["object"])
+        stored = await fetch_log(rig.nc.jetstream(), ENV, *split_object(r.data["object"]))
         assert stored == held.data
         progress = events.of("log_download_progress")
         assert progress and progress[-1]["bytes"] == progress[-1]["total"] == len(held.data)
@@ -129,9 +129,17 @@ async def test_cli_get_shows_progress_and_writes_the_file_then_ls_lists_it(
         assert out.read_bytes() == held
         assert f"log 1 of {VID}: {len(held)}/{len(held)} bytes (100%)" in got.stderr  # progress lines (no TTY)
         assert "KiB/s" in got.stdout and hashlib.sha256(held).hexdigest()[:16] in got.stdout
-        listed = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID, "--json")
+        listed = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID, "--stored", "--json")
         rows = json.loads(listed.stdout)
         assert [r["object"] for r in rows] == [f"logs/{VID}/1-20261123T021320Z.bin"]
         assert rows[0]["bytes"] == len(held) and rows[0]["sha256"] == hashlib.sha256(held).hexdigest()
+        # Without --stored: the vehicle's own list (log_list), each marked stored or not.
+        onboard = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID, "--json")
+        assert onboard.returncode == 0, onboard.stderr
+        rows = json.loads(onboard.stdout)
+        assert [(r["log_id"], r["stored"]) for r in rows] == [(1, True), (2, False)]
+        assert rows[0]["sha256"] == hashlib.sha256(held).hexdigest() and rows[1]["sha256"] is None
+        text = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID)
+        assert text.returncode == 0 and "stored" in text.stdout.splitlines()[0] and "2 logs" in text.stderr
         refused = await asyncio.to_thread(mavjet_logs, nats_server.url, "get", VID, "7")
         assert refused.returncode == 1 and "no log 7" in refused.stderr

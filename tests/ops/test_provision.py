@@ -19,7 +19,7 @@ from gateway.ops.provision import (
 
 def test_definitions_follow_the_contract() -> None:
     defs = {d.name: d for d in load_definitions(DEFINITIONS_DIR, env="prod", replicas=3)}
-    assert set(defs) == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS"}
+    assert set(defs) == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS"}
     st = defs["TWIN_STATE"].config
     assert st.subjects == ["fleet.prod.veh.*.state.>"]
     assert st.max_age == 3600 and st.allow_rollup_hdrs and st.num_replicas == 3
@@ -30,6 +30,9 @@ def test_definitions_follow_the_contract() -> None:
     assert defs["TWIN_SHADOW"].config.max_msgs_per_subject == 5
     assert defs["TWIN_SHADOW"].config.allow_direct
     assert defs["TWIN_BLOBS"].chunk_size_bytes == 128 * 1024
+    logs = defs["TWIN_LOGS"].config  # under each vehicle's own subjects, so its credential can be scoped to them
+    assert logs.subjects == ["fleet.prod.veh.*.logs.>"] and logs.allow_direct and logs.allow_rollup_hdrs
+    assert logs.discard == jsapi.DiscardPolicy.NEW  # full: a new log is refused, never an old one's chunks dropped
 
 
 def test_bad_env_is_rejected() -> None:
@@ -86,7 +89,7 @@ def test_cli_dry_run_and_unreachable(nats_server: NatsServer) -> None:
     out = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=True)
     assert "create    kv TWIN_SHADOW" in out.stdout
     out = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.count("unchanged") == 5
+    assert out.stdout.count("unchanged") == len(load_definitions(DEFINITIONS_DIR, env="cli", replicas=1))
     bad = subprocess.run(
         [sys.executable, "-m", "gateway", "provision", "--nats", "nats://127.0.0.1:1"],
         capture_output=True, text=True, timeout=60, check=False,

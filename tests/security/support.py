@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
+from gateway.contract.errors import MavjetError
+from gateway.ops.auth_jwt import NKey, creds_jwt
 from tests.support.wait import wait_for
 
 # Refused JetStream requests get no answer: a short timeout keeps the suite quick.
@@ -25,7 +31,7 @@ async def refused(nc: Client, subject: str, action: Callable[[], Awaitable[Any]]
     before = len(violations(nc))
     try:
         await action()
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.Error, TimeoutError):
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.Error, TimeoutError, MavjetError):
         pass
     else:
         # A plain publish returns at once; the violation arrives asynchronously.
@@ -37,3 +43,25 @@ async def refused(nc: Client, subject: str, action: Callable[[], Awaitable[Any]]
 
 def clean(nc: Client) -> None:
     assert violations(nc) == [], violations(nc)
+
+
+async def connect_reply(host: str, port: int, creds: Path) -> bytes:
+    """The server's answer to a CONNECT with `creds`, spoken raw (a refused nats-py connect leaks its socket).
+
+    `PONG` when accepted, `-ERR 'Authorization Violation'` when refused.
+    """
+    text = await anyio.Path(creds).read_text()
+    seed = next(line.strip() for line in text.splitlines() if line.strip().startswith("SU"))
+    token = creds_jwt(text)
+    async with await anyio.connect_tcp(host, port) as s:
+        with anyio.fail_after(5):
+            info = await s.receive()
+            assert info.startswith(b"INFO ")
+            nonce = json.loads(info[5:].split(b"\r\n", 1)[0])["nonce"]
+            sig = base64.urlsafe_b64encode(NKey.from_seed(seed.encode()).sign(nonce.encode())).rstrip(b"=").decode()
+            connect = {"verbose": False, "pedantic": False, "protocol": 1, "jwt": token, "sig": sig}
+            await s.send(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+            reply = b""
+            while b"PONG" not in reply and b"-ERR" not in reply:
+                reply += await s.receive()
+    return reply

@@ -1,0 +1,46 @@
+"""`log_list`: the vehicle's own LOG_ENTRY list in the cmd_result, against a sim vehicle; refused while armed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from gateway.ops.natsserver import NatsServer
+from tests.commands.test_log_download import VID, with_logs
+from tests.support.commands import command_rig, ready_to_fly
+from tests.support.wait import wait_for
+
+
+async def test_lists_the_vehicles_logs(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
+        await rig.link_known(VID)
+        held = rig.vehicle(VID).logs.logs
+        r = await rig.call(VID, "log_list")
+        assert r.accepted, r
+        assert [(e["log_id"], e["size_bytes"], e["time_utc_s"]) for e in r.data["logs"]] == [
+            (lg.log_id, len(lg.data), lg.time_utc_s) for lg in held]
+        assert r.data["logs"][0]["object"] == f"logs/{VID}/1-20261123T021320Z.bin"
+        assert r.data["count"] == len(held) and r.data["total_bytes"] == sum(len(lg.data) for lg in held)
+        assert r.detail.startswith(f"{len(held)} logs")
+        assert rig.vehicle(VID).logs.requests == []  # a listing reads no log data
+
+
+async def test_an_empty_vehicle_lists_nothing(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
+        await rig.link_known(VID)
+        rig.vehicle(VID).logs.logs.clear()
+        r = await rig.call(VID, "log_list")
+        assert r.accepted and r.data["logs"] == [] and r.data["count"] == 0, r
+
+
+async def test_refused_while_armed(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    """ArduPilot answers no LOG_REQUEST_LIST while armed (STATUSTEXT "Disarm for log download"): refused, not timed out."""
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
+        await rig.link_known(VID)
+        await ready_to_fly(rig.fleet)
+        for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {})):
+            assert (await rig.call(VID, name, params)).accepted
+        await wait_for(lambda: rig.gw.twins[VID].model.armed is True, timeout_s=10)
+        r = await rig.call(VID, "log_list")
+        assert r.result == "rejected" and "disarmed" in r.detail and "armed" in r.detail, r
