@@ -24,30 +24,40 @@ from typing import Any
 import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from gateway import logstore
 from gateway.contract import natsconn
 from gateway.contract.envelope import unpack
 from gateway.contract.subjects import event_subject
+from gateway.ops import console
 from gateway.ops.client import CommandClient
-from gateway.ops.runner import run_cli
+from gateway.ops.runner import duration, run_cli
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 4
-_BAR_CELLS = 30
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mavjet logs", description="A vehicle's dataflash logs, through TWIN_BLOBS.")
+    p = argparse.ArgumentParser(prog="mavjet logs", description="A vehicle's dataflash logs: its own list (LOG_ENTRY), downloads into TWIN_LOGS.")
     sub = p.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("ls", help="the logs VID holds (log_list), marked when stored; --stored: those in TWIN_LOGS")
     ls.add_argument("vid")
     ls.add_argument("--stored", action="store_true", help="only the logs stored in TWIN_LOGS (the vehicle is not asked)")
-    ls.add_argument("--timeout", type=float, default=60.0, help="give up waiting for the vehicle after this many seconds")
-    get = sub.add_parser("get", help="download a log from the vehicle into TWIN_BLOBS (and --out FILE)")
+    ls.add_argument("--timeout", type=duration, default=60.0, help="give up waiting for the vehicle after this long (30s, 2m; default 60s)")
+    get = sub.add_parser("get", help="download a log from the vehicle into TWIN_LOGS (and --out FILE)")
     get.add_argument("vid")
     get.add_argument("log", help="a log id, or latest")
     get.add_argument("--out", type=Path, help="also write the log to FILE (sha256 checked)")
-    get.add_argument("--timeout", type=float, default=1800.0, help="give up waiting after this many seconds")
+    get.add_argument("--timeout", type=duration, default=1800.0, help="give up waiting after this long (default 30m)")
     get.add_argument("--quiet", action="store_true", help="no progress")
     for s in (ls, get):
         s.add_argument("--json", action="store_true", help="machine-readable output")
@@ -56,29 +66,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Bar:
-    """A progress bar on a terminal, a line per tenth elsewhere."""
+    """A rich progress bar on a terminal (bytes, speed, time left, a note such as "paused: armed"),
+    a plain line per tenth elsewhere (a log file or a serial console reads those fine)."""
 
     def __init__(self, label: str, *, quiet: bool) -> None:
-        self.label, self.quiet, self.tty = label, quiet, sys.stderr.isatty()
+        self.label, self.quiet, self.tty = label, quiet, console.is_tty(sys.stderr)
         self.shown = -1
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
     def __call__(self, done: int, total: int, note: str = "") -> None:
         if self.quiet:
             return
-        frac = 1.0 if total <= 0 else min(done / total, 1.0)
         if self.tty:
-            cells = int(frac * _BAR_CELLS)
-            print(f"\r{self.label} [{'#' * cells}{'.' * (_BAR_CELLS - cells)}] {frac:6.1%} {done}/{total} B {note}",
-                  end="", file=sys.stderr, flush=True)
+            if self._progress is None:
+                self._progress = Progress(
+                    TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=Console(file=sys.stderr), transient=True,
+                )
+                self._progress.start()
+                self._task = self._progress.add_task(self.label, total=total or None)
+            assert self._task is not None
+            self._progress.update(self._task, completed=done, total=total or None,
+                                  description=f"{self.label} {note}".rstrip())
             return
+        frac = 1.0 if total <= 0 else min(done / total, 1.0)
         tenth = int(frac * 10)
         if tenth != self.shown or note:
             self.shown = tenth
             print(f"{self.label}: {done}/{total} bytes ({tenth * 10}%) {note}".rstrip(), file=sys.stderr, flush=True)
 
     def end(self) -> None:
-        if self.tty and not self.quiet:
-            print(file=sys.stderr)
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
 
 async def ls(args: argparse.Namespace) -> int:
@@ -102,10 +123,15 @@ async def ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
         return EXIT_OK
-    for r in rows:
-        when = (datetime.fromtimestamp(int(r["time_utc_s"]), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-                if r.get("time_utc_s") else "undated")
-        print(f"{r['log_id']:>5}  {r['size_bytes']:>11} B  {when:<20}  {'stored' if r['stored'] else '-'}")
+    cells = [(str(r["log_id"]), f"{r['size_bytes']} B",
+              datetime.fromtimestamp(int(r["time_utc_s"]), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+              if r.get("time_utc_s") else "undated", "stored" if r["stored"] else "-") for r in rows]
+    if console.is_tty():
+        console.print_table(["LOG", "SIZE", "DATE (UTC)", "IN TWIN_LOGS"], cells, right=["LOG", "SIZE"],
+                            title=f"logs on {args.vid}")
+    else:
+        for log_id, size, when, stored_mark in cells:
+            print(f"{log_id:>5}  {size:>13}  {when:<20}  {stored_mark}")
     print(res.detail, file=sys.stderr)
     return EXIT_OK
 
@@ -116,8 +142,12 @@ def _print_stored(records: list[logstore.LogRecord], *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows))
     else:
-        for r in rows:
-            print(f"{r['object']:<48} {r['bytes']:>11} B  sha256 {str(r['sha256'])[:16]}  {r['mtime']}")
+        cells = [(str(r["object"]), f"{r['bytes']} B", str(r["sha256"])[:16], str(r["mtime"])) for r in rows]
+        if console.is_tty():
+            console.print_table(["OBJECT", "SIZE", "SHA256", "STORED AT"], cells, right=["SIZE"])
+        else:
+            for obj, size, sha, mtime in cells:
+                print(f"{obj:<48} {size:>13}  sha256 {sha}  {mtime}")
     return EXIT_OK
 
 

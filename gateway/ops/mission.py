@@ -23,6 +23,7 @@ from drivers.mavlink.plan import PlanError, parse_plan
 from gateway.blobs import put_blob
 from gateway.contract import natsconn
 from gateway.contract.commands import OBJECT_NAME
+from gateway.ops import console
 from gateway.ops.runner import run_cli
 
 BLOBS = "TWIN_BLOBS"
@@ -95,6 +96,9 @@ async def ls(args: argparse.Namespace) -> int:
     rows = sorted((i.name, i.size or 0, i.mtime or "") for i in infos if i.name.startswith("missions/") and not i.deleted)
     if args.json:
         print(json.dumps([{"object": n, "bytes": s, "mtime": str(m)} for n, s, m in rows]))
+    elif console.is_tty():
+        console.print_table(["OBJECT", "SIZE", "STORED AT"], [(n, f"{s} B", str(m)) for n, s, m in rows],
+                            right=["SIZE"])
     else:
         for n, s, m in rows:
             print(f"{n:<40} {s:>9} B  {m}")

@@ -24,6 +24,7 @@ from gateway.ops.console import LineProgress, plain_table, transfer_progress
 from gateway.ops.natsserver import NatsServer
 
 VID = "VID-004"
+DEMO_PLAN = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"
 BOX = "─"  # rich's SIMPLE_HEAD rule under the header
 
 
@@ -168,3 +169,14 @@ async def test_blobs_put_progress_and_ls_table(provisioned: Client, nats_server:
     out = piped([sys.executable, "-m", "gateway", "blobs", "ls", *nats])
     assert "OBJECT" not in out.stdout and any(
         line.startswith("logs/VID-004/1.bin") and "600000 B" in line for line in out.stdout.splitlines())
+
+
+async def test_mission_ls_is_a_table_on_a_terminal(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    plan = DEMO_PLAN
+    nats = ["--nats", nats_server.url]
+    out = piped([sys.executable, "-m", "gateway", "mission", "put", str(plan), "--name", "missions/tty.plan", *nats])
+    assert out.returncode == 0, out.stderr
+    rc, screen = in_pty([sys.executable, "-m", "gateway", "mission", "ls", *nats])
+    assert rc == 0 and "OBJECT" in screen and BOX in screen and "missions/tty.plan" in screen, screen
+    out = piped([sys.executable, "-m", "gateway", "mission", "ls", *nats])
+    assert "OBJECT" not in out.stdout and any(line.startswith("missions/tty.plan") for line in out.stdout.splitlines())
