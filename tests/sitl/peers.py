@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -50,38 +51,48 @@ class Site:
     endpoints: list[str]
     # serial(k, link_id): the endpoint of vehicle k's SERIAL<link_id> (a single client each, as on SITL).
     serial: Callable[[int, int], Awaitable[str]]
+    # log_file(k, log_id): the bytes of vehicle k's dataflash log as the vehicle holds it (None if absent).
+    log_file: Callable[[int, int], bytes | None]
+
+
+class Start(Protocol):
+    def __call__(self, n: int, tmp: Path, *, logs: bool = False) -> AbstractAsyncContextManager[Site]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Peer:
     name: str  # "sim" or "sitl"
-    start: Callable[[int, Path], AbstractAsyncContextManager[Site]]
+    # `logs`: the vehicles keep dataflash logs (SITL runs with LOG_BACKEND_TYPE 0 otherwise: ~3 MB a minute).
+    start: Start
     # Wall seconds for the autopilot to become armable after its start (SITL: EKF on GPS after ~40 s of its time).
     armable_within_s: float
 
 
 @asynccontextmanager
-async def sim_vehicles(n: int, tmp: Path) -> AsyncIterator[Site]:
+async def sim_vehicles(n: int, tmp: Path, *, logs: bool = False) -> AsyncIterator[Site]:
     async with SimFleet(SimConfig(vehicles=n, base_port=0, speedup=SPEEDUP)) as fleet:
 
         async def serial(k: int, link_id: int) -> str:
             return await fleet.vehicles[k].listen_serial(link_id)
 
-        yield Site(endpoints=list(fleet.endpoints), serial=serial)
+        def log_file(k: int, log_id: int) -> bytes | None:  # the sim always holds its two logs
+            return next((lg.data for lg in fleet.vehicles[k].logs.logs if lg.log_id == log_id), None)
+
+        yield Site(endpoints=list(fleet.endpoints), serial=serial, log_file=log_file)
 
 
-def _spawn(inst: int, tmp: Path) -> subprocess.Popen[bytes]:
+def _spawn(inst: int, tmp: Path, logs: bool) -> subprocess.Popen[bytes]:
     with open(tmp / f"sitl{inst}.log", "wb") as log:
         return subprocess.Popen(
-            [str(RUN_COPTER), "-I", str(inst), "--speedup", f"{SPEEDUP:g}", "--wipe", "--no-logs",
-             "--dir", str(tmp / f"sitl{inst}")],
+            [str(RUN_COPTER), "-I", str(inst), "--speedup", f"{SPEEDUP:g}", "--wipe",
+             *(() if logs else ("--no-logs",)), "--dir", str(tmp / f"sitl{inst}")],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
 
 
-def _spawn_all(n: int, tmp: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+def _spawn_all(n: int, tmp: Path, procs: list[subprocess.Popen[bytes]], logs: bool) -> None:
     """Into `procs` as they start, so those already started are stopped if a later one fails."""
-    procs.extend(_spawn(FIRST_INSTANCE + k, tmp) for k in range(n))  # extend appends as the generator yields
+    procs.extend(_spawn(FIRST_INSTANCE + k, tmp, logs) for k in range(n))  # extend appends as the generator yields
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -98,10 +109,10 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 @asynccontextmanager
-async def sitl_vehicles(n: int, tmp: Path) -> AsyncIterator[Site]:
+async def sitl_vehicles(n: int, tmp: Path, *, logs: bool = False) -> AsyncIterator[Site]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        await anyio.to_thread.run_sync(_spawn_all, n, tmp, procs)
+        await anyio.to_thread.run_sync(_spawn_all, n, tmp, procs, logs)
         # SITL's clock starts when the gateway connects; the gateway retries until the port listens.
         base = [5760 + 10 * (FIRST_INSTANCE + k) for k in range(n)]
 
@@ -109,7 +120,12 @@ async def sitl_vehicles(n: int, tmp: Path) -> AsyncIterator[Site]:
             assert link_id in (1, 2), "SITL listens on SERIAL0..2 (TCP 5760, 5762, 5763 + 10 N)"
             return f"tcp:127.0.0.1:{base[k] + 1 + link_id}"
 
-        yield Site(endpoints=[f"tcp:127.0.0.1:{port}" for port in base], serial=serial)
+        def log_file(k: int, log_id: int) -> bytes | None:
+            # ArduPilot's AP_Logger_File names them logs/00000001.BIN ... in its working dir.
+            path = tmp / f"sitl{FIRST_INSTANCE + k}" / "logs" / f"{log_id:08d}.BIN"
+            return path.read_bytes() if path.is_file() else None
+
+        yield Site(endpoints=[f"tcp:127.0.0.1:{port}" for port in base], serial=serial, log_file=log_file)
     finally:
         await anyio.to_thread.run_sync(_stop, procs)
 

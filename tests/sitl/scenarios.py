@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +23,10 @@ from nats.aio.client import Client
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.plan import parse_plan
 from gateway.commands.consumer import CommandService
+from gateway.commands.logs import LogDownloadConfig, LogDownloadService
 from gateway.contract.subjects import BLOBS_BUCKET
 from gateway.daemon import Gateway
+from gateway.logstore import fetch_log
 from gateway.ops.client import CommandClient, Result
 from gateway.ops.sortie import distance_m, offset_deg
 from gateway.shadow.config import ShadowConfig
@@ -55,9 +57,9 @@ class Rig:
 
 @asynccontextmanager
 async def gateway_on(nc: Client, url: str, endpoints: list[str], state_dir: Path, *, shadow: bool = False,
-                     signing_key_file: Path | None = None) -> AsyncIterator[Rig]:
-    """A gateway with the command service (and the shadow service when `shadow`) on `endpoints` (VID-001..N),
-    signing every link with `signing_key_file` when given, ready for commands."""
+                     signing_key_file: Path | None = None, logs: bool = False) -> AsyncIterator[Rig]:
+    """A gateway with the command service (and the shadow service when `shadow`, the log download service
+    when `logs`) on `endpoints` (VID-001..N), signing every link with `signing_key_file` when given, ready for commands."""
     service = CommandService()
     cfg = gateway_config(url, endpoints, state_dir, commands=TEST_COMMANDS)
     if signing_key_file is not None:
@@ -67,6 +69,8 @@ async def gateway_on(nc: Client, url: str, endpoints: list[str], state_dir: Path
     gw.services.append(service)
     if shadow:
         gw.services.append(ShadowService(SHADOW_CONFIG))
+    if logs:
+        gw.services.append(LogDownloadService(LogDownloadConfig(progress_interval_s=0.5, stall_timeout_s=60)))
     async with running(gw), CommandClient(nc, ENV, issuer="pytest-sitl") as client:
         await wait_for(lambda: len(service.loops) == len(endpoints) and all(lp.binds for lp in service.loops.values()),
                        timeout_s=30)
@@ -228,3 +232,49 @@ async def terrain_plan_refused(rig: Rig, vid: str) -> None:
     r = await upload_terrain_plan(rig, vid)
     assert r.result == "rejected", r
     assert "mission.items[1]: NAV_WAYPOINT in a terrain frame (10)" in r.detail and "terrain data" in r.detail, r.detail
+
+
+async def newest_log(rig: Rig, vid: str, *, settle_s: float, within_s: float) -> dict[str, Any]:
+    """The vehicle's newest LOG_ENTRY once its size stops growing (ArduPilot keeps logging ~15 s of its
+    time after a disarm, then closes the file)."""
+    deadline = time.monotonic() + within_s
+    last: dict[str, Any] | None = None
+    while True:
+        listed = await rig.call(vid, "log_list")
+        assert listed.accepted, listed
+        entries = listed.data["logs"]
+        assert entries, f"{vid} lists no logs"
+        newest = dict(max(entries, key=lambda e: int(e["log_id"])))
+        if last is not None and (newest["log_id"], newest["size_bytes"]) == (last["log_id"], last["size_bytes"]):
+            return newest
+        assert time.monotonic() < deadline, f"the newest log kept growing: {newest}"
+        last = newest
+        await anyio.sleep(settle_s)
+
+
+async def log_download_is_byte_identical(rig: Rig, vid: str, log_file: Callable[[int, int], bytes | None], *,
+                                         armable_within_s: float,
+                                         settle_s: float) -> None:
+    """Arm and disarm (ArduPilot starts a dataflash log at arming), then `log_list` and `log_download latest`:
+    the object stored in TWIN_LOGS is byte for byte the file the vehicle holds."""
+    await standby(rig, vid)
+    await set_mode_when_possible(rig, vid, "GUIDED", armable_within_s)
+    await arm_when_armable(rig, vid, armable_within_s)
+    m = rig.model(vid)
+    assert (await rig.call(vid, "disarm")).accepted
+    await until("disarmed", lambda: m.armed is False, 30)
+    entry = await newest_log(rig, vid, settle_s=settle_s, within_s=120)
+    done = await events_of(rig, vid, "log_downloaded")
+    r = await rig.call(vid, "log_download", {"log": "latest"})
+    assert r.accepted and int(r.data["log_id"]) == int(entry["log_id"]), r
+    deadline = time.monotonic() + 300
+    while len(finished := await events_of(rig, vid, "log_downloaded")) == len(done):
+        assert not await events_of(rig, vid, "log_download_failed"), "log_download failed"
+        assert time.monotonic() < deadline, "log_download did not finish within 300 s"
+        await anyio.sleep(1.0)
+    stored_event = finished[-1]
+    held = log_file(0, int(entry["log_id"]))
+    assert held is not None and len(held) == int(entry["size_bytes"]) == int(stored_event["size_bytes"])
+    name = str(stored_event["object"]).rsplit("/", 1)[-1]
+    stored = await fetch_log(rig.nc.jetstream(), ENV, vid, name)
+    assert stored == held

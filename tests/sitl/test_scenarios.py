@@ -72,3 +72,11 @@ async def test_terrain_plan_refused_without_terrain_data(peer: Peer, provisioned
     async with peer.start(1, tmp_path) as site, \
             scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state") as rig:
         await scenarios.terrain_plan_refused(rig, "VID-001")
+
+
+async def test_log_download_is_byte_identical_to_the_vehicles_file(peer: Peer, provisioned: Client,
+                                                                     nats_server: NatsServer, tmp_path: Path) -> None:
+    async with peer.start(1, tmp_path, logs=True) as site, \
+            scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state", logs=True) as rig:
+        await scenarios.log_download_is_byte_identical(rig, "VID-001", site.log_file,
+                                                       armable_within_s=peer.armable_within_s, settle_s=4.0)
