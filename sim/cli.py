@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-in", type=float, default=0.0, help="probability of ignoring each incoming frame")
     p.add_argument("--gps-fix-s", type=float, default=1.0, help="sim seconds from boot to a 3D GPS fix")
     p.add_argument("--ekf-settle-s", type=float, default=2.0, help="sim seconds from boot until pre-arm checks pass")
+    p.add_argument("--boot-s", type=float, default=3.0, help="ArduPilot: sim seconds in BOOT before STANDBY (SITL: ~3)")
     p.add_argument("--in-progress", action="append", default=[], choices=sorted(_IN_PROGRESS_NAMES),
                    help="answer this command MAV_RESULT_IN_PROGRESS first (repeatable)")  # fmt: skip
     p.add_argument("--tick-ms", type=float, default=50.0, help="wall milliseconds between simulation ticks")
@@ -73,6 +74,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         loss_in=args.loss_in,
         gps_fix_s=args.gps_fix_s,
         ekf_settle_s=args.ekf_settle_s,
+        boot_s=args.boot_s,
         in_progress_commands=frozenset(_IN_PROGRESS_NAMES[n] for n in args.in_progress),
         tick_s=args.tick_ms / 1000.0,
         battery_drain_scale=args.battery_drain,

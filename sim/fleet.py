@@ -69,6 +69,7 @@ class SimConfig:
     tick_s: float = 0.05  # wall seconds between ticks
     gps_fix_s: float = 1.0  # sim seconds from boot to a 3D fix
     ekf_settle_s: float = 2.0  # sim seconds from boot until the EKF (and pre-arm) is happy
+    boot_s: float = 3.0  # ArduPilot: sim seconds in system_status BOOT before "ArduPilot Ready" (SITL: ~3 s)
     reboot_s: float = 1.0  # sim seconds a reboot keeps the vehicle off the air
     home_lat_deg: float = DEFAULT_HOME[0]
     home_lon_deg: float = DEFAULT_HOME[1]
@@ -100,7 +101,7 @@ class SimConfig:
         _probability("loss_in", self.loss_in)
         if not 0.001 <= self.tick_s <= 1.0:
             raise ConfigError("tick_s", f"must be in [0.001, 1], got {self.tick_s}")
-        for key in ("gps_fix_s", "ekf_settle_s", "reboot_s", "in_progress_delay_s", "confirmation_window_s"):
+        for key in ("gps_fix_s", "ekf_settle_s", "boot_s", "reboot_s", "in_progress_delay_s", "confirmation_window_s"):
             v = getattr(self, key)
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(key, f"must be >= 0, got {v}")
@@ -183,6 +184,7 @@ class SimFleet:
                     epoch_unix_s=self._epoch,
                     gps_fix_s=cfg.gps_fix_s,
                     ekf_settle_s=cfg.ekf_settle_s,
+                    boot_s=cfg.boot_s,
                     in_progress_commands=cfg.in_progress_commands,
                     in_progress_delay_s=cfg.in_progress_delay_s,
                     confirmation_window_s=cfg.confirmation_window_s,

@@ -1,7 +1,8 @@
 """The vehicle side of the MAVLink mission protocol, sans-IO, like ArduPilot.
 
 Upload: MISSION_COUNT → the vehicle asks for each item with
-MISSION_REQUEST_INT(seq) → MISSION_ITEM_INT (or legacy MISSION_ITEM) → ... →
+MISSION_REQUEST(seq) (ArduPilot: the legacy request, seen on a real ArduCopter
+although the items came as MISSION_ITEM_INT; PX4: MISSION_REQUEST_INT) → MISSION_ITEM_INT (or legacy MISSION_ITEM) → ... →
 MISSION_ACK. A lost item is asked for again after `retry_s` of silence
 (ArduPilot: 1 s); after `timeout_s` without progress the upload is cancelled
 with MISSION_ACK(OPERATION_CANCELLED) and the stored list is left as it was
@@ -339,7 +340,10 @@ class MissionServer:
     def _request(self, up: _Upload, now: float | None = None) -> Any:
         if now is not None:
             up.last_request = now
-        # always the _INT request, as ArduPilot does; legacy MISSION_ITEM answers are accepted too
+        # ArduPilot asks with MISSION_REQUEST (id 40) for every item, whatever the ground station sends;
+        # PX4 with MISSION_REQUEST_INT. Either way MISSION_ITEM_INT and legacy MISSION_ITEM are accepted.
+        if self.ardupilot:
+            return mavlink2.MAVLink_mission_request_message(up.partner[0], up.partner[1], len(up.items), up.mission_type)
         return mavlink2.MAVLink_mission_request_int_message(up.partner[0], up.partner[1], len(up.items), up.mission_type)
 
     def _commit(self, mission_type: int, items: list[SimMissionItem]) -> None:

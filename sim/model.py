@@ -29,7 +29,7 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 from sim import encoder as enc
 from sim import geo, params, streams
 from sim.logs import DISARM_TEXT, LogServer, default_logs
-from sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
+from sim.missions import FENCE, MISSION, RALLY, MissionServer, SimMissionItem
 from sim.modes import Mode, SimFlavour, px4_custom
 from sim.terrain import TERRAIN_FRAMES, TerrainServer
 
@@ -41,6 +41,14 @@ MAX_EXECUTIONS: Final = 10_000  # the record keeps at least this many recent com
 # ArduPilot runs its pre-arm checks at 1 Hz but prints a failing one only every
 # PREARM_DISPLAY_PERIOD (AP_Arming: 30 s); the first line came 30 s after boot on SITL.
 PREARM_DISPLAY_S: Final = 30.0
+TIMESYNC_S: Final = 10.0  # ArduPilot asks every link for a TIMESYNC this often (sim seconds; tc1 = 0)
+NO_INDEX: Final = 65535  # PARAM_VALUE.param_index ArduPilot sends for reads by name, sets and broadcasts
+# ArduCopter's HEARTBEAT sets GUIDED_ENABLED while its horizontal position controller runs: always in
+# GUIDED and LAND (seen after a LAND's disarm too), in the other position modes only while armed (RTL
+# reads 0x51 once it has landed and disarmed), and during BOOT (0x59 before "ArduPilot Ready").
+_AP_GUIDED_ALWAYS: Final = frozenset({"GUIDED", "LAND"})
+_AP_GUIDED_ARMED: Final = frozenset({"AUTO", "RTL", "LOITER", "POSHOLD", "BRAKE", "SMART_RTL"})
+_AP_BOOT_BASE_MODE: Final = 0x59
 
 R = mavlink2  # brevity for MAV_* constants
 ACCEPTED: Final[int] = R.MAV_RESULT_ACCEPTED
@@ -96,6 +104,7 @@ class VehicleOptions:
     battery_drain_scale: float = 1.0
     seed: int = 0
     terrain_preloaded: bool = False  # terrain files for the area on the "SD card" (sim/terrain.py)
+    boot_s: float = 3.0  # ArduPilot: sim seconds in BOOT before "ArduPilot Ready" / STANDBY (SITL: ~3 s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +196,7 @@ class VehicleModel:
         self.reboots = 0
         self._forced: dict[int, deque[int]] = {}  # MAV_CMD -> results to answer instead of executing
         self._after_ack: list[Any] = []  # what ArduPilot says right after a COMMAND_ACK ("Arm: ..." reasons)
+        self._vtol_state = R.MAV_VTOL_STATE_MC if opts.flavour.name == "ardupilot" else R.MAV_VTOL_STATE_UNDEFINED
         self.now = 0.0
         self._boot(0.0)
 
@@ -196,6 +206,10 @@ class VehicleModel:
         self.sysid = int(self.params["MAV_SYSID"])
         self.now = now
         self.boot_at = now
+        # ArduPilot reports system_status BOOT until its init is over; a mode set meanwhile is
+        # overridden by the boot mode, and arming is refused ("Arm: System not initialised").
+        self.initialised = self.flavour.name != "ardupilot" or self.opts.boot_s <= 0
+        self._next_timesync = now + TIMESYNC_S
         self.armed = False
         self.fmode: Mode = self._mode_or_die(self.flavour.initial)
         self.mode_reason = "boot"
@@ -239,7 +253,8 @@ class VehicleModel:
     def _firmware_string(self) -> str:
         maj, mnr, pat = self.flavour.version
         name = "ArduCopter" if self.flavour.name == "ardupilot" else "PX4"
-        return f"{name} V{maj}.{mnr}.{pat} (mavjet sim)"
+        dev = "-dev" if self.flavour.name == "ardupilot" else ""
+        return f"{name} V{maj}.{mnr}.{pat}{dev} (mavjet sim)"
 
     def _mode_or_die(self, name: str) -> Mode:
         m = self.flavour.by_name(name)
@@ -393,7 +408,8 @@ class VehicleModel:
         if idx < 0:
             idx = params.INDEX.get(_param_name(msg.param_id), -1)
         if 0 <= idx < len(params.SPECS):
-            self._send_param(idx)
+            # ArduPilot echoes the request's index: -1 (65535 on the wire) for a read by name
+            self._send_param(idx, NO_INDEX if int(msg.param_index) < 0 else idx)
 
     def _on_param_set(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         name = _param_name(msg.param_id)
@@ -404,20 +420,56 @@ class VehicleModel:
         if not math.isfinite(value):
             return
         self.params[name] = params.coerce(spec, value)
-        self._send_param(params.INDEX[name])
+        self._send_param(params.INDEX[name], NO_INDEX)  # to every link, as ArduPilot broadcasts a change
 
-    def _send_param(self, idx: int) -> None:
+    def _send_param(self, idx: int, wire_index: int | None = None) -> None:
         spec = params.SPECS[idx]
+        index = idx if wire_index is None else wire_index
         self._send(
-            R.MAVLink_param_value_message(spec.name.encode(), self.params[spec.name], spec.type, len(params.SPECS), idx)
+            R.MAVLink_param_value_message(spec.name.encode(), self.params[spec.name], spec.type, len(params.SPECS), index)
         )
+
+    def _notify_param(self, name: str, value: float) -> None:
+        """An unsolicited PARAM_VALUE (index 65535) when the vehicle changes a parameter itself."""
+        if self.params.get(name) != value:
+            self.params[name] = value
+            self._send_param(params.INDEX[name], NO_INDEX)
 
     def _on_mission_count(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         self.out.extend(self.missions.on_count(msg, partner, now))
+        up = self.missions.upload
+        if self._is_ap and up is not None and up.mission_type == MISSION and self.params["MIS_TOTAL"] > up.count:
+            self._notify_param("MIS_TOTAL", float(up.count))  # AP_Mission truncates at MISSION_COUNT
 
     def _on_mission_item(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
-        self.out.extend(self.missions.on_item(msg, partner, now))
+        replies = self.missions.on_item(msg, partner, now)
+        self.out.extend(replies)
+        up = self.missions.upload
+        if self._is_ap and up is not None and up.mission_type == MISSION and len(up.items) > self.params["MIS_TOTAL"]:
+            self._notify_param("MIS_TOTAL", float(len(up.items)))  # each stored item grows the total
         self._mission_committed()
+        if self._is_ap:
+            self._after_upload(replies)
+
+    @property
+    def _is_ap(self) -> bool:
+        return self.flavour.name == "ardupilot"
+
+    def _after_upload(self, replies: list[Any]) -> None:
+        """What ArduPilot says after a completed upload: a text and the list's *_TOTAL parameter."""
+        for r in replies:
+            if r.get_type() != "MISSION_ACK":
+                continue
+            mtype = int(r.mission_type)
+            if mtype == MISSION:
+                self._notify_param("MIS_TOTAL", float(self.missions.count(MISSION)))
+                if r.type == R.MAV_MISSION_ACCEPTED:
+                    self._text(R.MAV_SEVERITY_INFO, "Flight plan received")
+            elif mtype == FENCE and r.type == R.MAV_MISSION_ACCEPTED:
+                self._text(R.MAV_SEVERITY_DEBUG, "Fence Indexed OK")
+                self._notify_param("FENCE_TOTAL", float(_fence_total(self.missions.items(FENCE))))
+            elif mtype == RALLY and r.type == R.MAV_MISSION_ACCEPTED:
+                self._notify_param("RALLY_TOTAL", float(len(self.missions.items(RALLY))))
 
     def _on_mission_request_list(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         self.out.extend(self.missions.on_request_list(msg, partner))
@@ -721,22 +773,28 @@ class VehicleModel:
     def arm(self, *, force: bool = False) -> int:
         if self.armed:
             return ACCEPTED
+        if not self.initialised:  # the one refusal whose text ArduPilot sends before the ACK
+            self._text(R.MAV_SEVERITY_CRITICAL, "Arm: System not initialised")
+            return FAILED
         if not force and self.params["ARMING_CHECK"] != 0:
             reason = self._prearm_failure()
             if reason is not None:
-                self._text(R.MAV_SEVERITY_CRITICAL, reason)
-                if reason.startswith("PreArm: "):
-                    # ArduPilot's arming checks report with "Arm: " after the COMMAND_ACK goes out.
-                    arm_text = "Arm: " + reason.removeprefix("PreArm: ")
+                if self.flavour.name == "ardupilot":
+                    # ArduPilot's arming checks report "Arm: <reason>" after the COMMAND_ACK goes out
+                    # (the "PreArm: " form is only the periodic display, see _prearm_update).
+                    arm_text = "Arm: " + reason.removeprefix("PreArm: ").removeprefix("Arm: ")
                     self.statustexts.append((R.MAV_SEVERITY_CRITICAL, arm_text))
                     self._after_ack.append(
                         R.MAVLink_statustext_message(R.MAV_SEVERITY_CRITICAL, arm_text.encode()[:50], 0, 0)
                     )
+                else:
+                    self._text(R.MAV_SEVERITY_CRITICAL, reason)
                 return FAILED
         self.armed = True
         self.landed = self.alt_m <= 0.05
         self.landed_since = self.now
-        if self.position_ok:
+        if self.position_ok:  # ArduPilot re-sets home (and re-sends the EKF origin) at every arming
+            self._send_origin()
             self._set_home(self.lat_deg, self.lon_deg, self.alt_amsl_m)
         self._text(R.MAV_SEVERITY_INFO, "Arming motors")
         return ACCEPTED
@@ -746,6 +804,8 @@ class VehicleModel:
             self.fmode.behaviour == "auto" and int(self.params["AUTO_OPTIONS"]) & 1 and self.flavour.name == "ardupilot"
         ):
             return "Arm: Mode not armable"
+        if self.fmode.needs_position and self.flavour.name == "ardupilot" and not self.position_ok:
+            return "PreArm: Need Position Estimate"  # what ArduCopter says in GUIDED before the EKF uses GPS
         if not self.gps_fix:
             return "PreArm: Need 3D Fix"
         if not self.ekf_ok:
@@ -879,6 +939,16 @@ class VehicleModel:
 
     def _checks(self) -> None:
         since_boot = self.now - self.boot_at
+        if not self.initialised:
+            if since_boot < self.opts.boot_s:
+                return
+            self.initialised = True
+            if self.fmode.name != self.flavour.initial:  # a mode set during BOOT does not survive it
+                self._enter_mode(self._mode_or_die(self.flavour.initial), "boot")
+            self._text(R.MAV_SEVERITY_INFO, "ArduPilot Ready")
+        if self.now >= self._next_timesync and self.flavour.name == "ardupilot":
+            self._next_timesync = self.now + TIMESYNC_S
+            self._send(R.MAVLink_timesync_message(0, int(since_boot * 1e6) * 1000 + self.sysid))
         if not self.gps_fix and since_boot >= self.opts.gps_fix_s:
             self.gps_fix = True
             self._text(R.MAV_SEVERITY_INFO, "GPS 1: detected u-blox, 3D fix")
@@ -886,7 +956,10 @@ class VehicleModel:
             self.ekf_ok = True
             self._text(R.MAV_SEVERITY_INFO, "EKF3 IMU0 is using GPS")
             if self.home is None:
+                self._send_origin()
                 self._set_home(self.lat_deg, self.lon_deg, self.alt_amsl_m)
+                if self._is_ap and self.params["MIS_TOTAL"] < 1:
+                    self._notify_param("MIS_TOTAL", 1.0)  # AP_Mission writes home as item 0
         if self.now >= self._next_battery_check:  # ArduPilot filters too (BATT_LOW_TIMER)
             self._next_battery_check = self.now + BATTERY_CHECK_S
             self._battery_check()
@@ -1297,6 +1370,12 @@ class VehicleModel:
         )
         self._send(self._home_position())
 
+    def _send_origin(self) -> None:
+        if self.flavour.name == "ardupilot":
+            self._send(R.MAVLink_gps_global_origin_message(
+                round(self.lat_deg * 1e7), round(self.lon_deg * 1e7), round(self.alt_amsl_m * 1000), self._unix_us(),
+            ))  # fmt: skip
+
     def _home_position(self) -> Any:
         h = self.home or (0.0, 0.0, 0.0)
         return R.MAVLink_home_position_message(
@@ -1328,7 +1407,9 @@ class VehicleModel:
             | R.MAV_PROTOCOL_CAPABILITY_MISSION_FENCE
             | R.MAV_PROTOCOL_CAPABILITY_MISSION_RALLY
         )
-        sw = (maj << 24) | (mnr << 16) | (pat << 8) | R.FIRMWARE_VERSION_TYPE_OFFICIAL
+        # the recorded ArduCopter master reports type DEV (0): flight_sw_version 0x04070000
+        kind = R.FIRMWARE_VERSION_TYPE_DEV if self.flavour.name == "ardupilot" else R.FIRMWARE_VERSION_TYPE_OFFICIAL
+        sw = (maj << 24) | (mnr << 16) | (pat << 8) | kind
         uid = 0x4D4A_5349_0000_0000 | (self.opts.sysid & 0xFFFF_FFFF)
         uid2 = list(f"mavjet-sim-{self.opts.sysid:07d}".encode()[:18].ljust(18, b"\0"))
         return R.MAVLink_autopilot_version_message(
@@ -1391,7 +1472,8 @@ class VehicleModel:
         )))  # fmt: skip
 
     def _e_extended_sys_state(self, force: bool) -> None:
-        self.out.append((enc.EXTENDED_SYS_STATE, (0, self.landed_state)))
+        # ArduCopter reports vtol_state MAV_VTOL_STATE_MC (3); PX4 leaves a non-VTOL UNDEFINED (0)
+        self.out.append((enc.EXTENDED_SYS_STATE, (self._vtol_state, self.landed_state)))
 
     def _e_terrain_request(self, force: bool) -> None:
         if self.params["TERRAIN_ENABLE"] and self.flavour.name == "ardupilot":
@@ -1440,13 +1522,13 @@ class VehicleModel:
             )))  # fmt: skip
 
     def _heartbeat_values(self) -> tuple[int, ...]:
+        if self.flavour.name == "ardupilot":
+            return self._heartbeat_ardupilot()
         b = self.fmode.behaviour
         base = R.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
-        if self.flavour.name == "ardupilot":
-            base |= R.MAV_MODE_FLAG_STABILIZE_ENABLED | R.MAV_MODE_FLAG_MANUAL_INPUT_ENABLED
         if b in ("guided", "auto", "rtl", "land"):
             base |= R.MAV_MODE_FLAG_GUIDED_ENABLED
-        if b == "auto" and self.flavour.name == "px4":
+        if b == "auto":
             base |= R.MAV_MODE_FLAG_AUTO_ENABLED
         if self.armed:
             base |= R.MAV_MODE_FLAG_SAFETY_ARMED
@@ -1457,6 +1539,43 @@ class VehicleModel:
         else:
             status = R.MAV_STATE_STANDBY
         return (R.MAV_TYPE_QUADROTOR, self.flavour.autopilot, base, self.fmode.custom_mode, status, 3)
+
+    def _heartbeat_ardupilot(self) -> tuple[int, ...]:
+        """GCS_MAVLINK_Copter::base_mode and vehicle_system_status, as a real ArduCopter reports them."""
+        name = self.fmode.name
+        if not self.initialised:
+            base, status = _AP_BOOT_BASE_MODE, R.MAV_STATE_BOOT
+        else:
+            base = (R.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED | R.MAV_MODE_FLAG_STABILIZE_ENABLED
+                    | R.MAV_MODE_FLAG_MANUAL_INPUT_ENABLED)  # fmt: skip
+            if name in _AP_GUIDED_ALWAYS or (self.armed and name in _AP_GUIDED_ARMED):
+                base |= R.MAV_MODE_FLAG_GUIDED_ENABLED
+            if self.armed:
+                base |= R.MAV_MODE_FLAG_SAFETY_ARMED
+            # failsafe first, then land_complete: armed on the ground is still STANDBY, ACTIVE once flying
+            if self.failsafe:
+                status = R.MAV_STATE_CRITICAL
+            elif self.landed:
+                status = R.MAV_STATE_STANDBY
+            else:
+                status = R.MAV_STATE_ACTIVE
+        return (R.MAV_TYPE_QUADROTOR, self.flavour.autopilot, base, self.fmode.custom_mode, status, 3)
+
+
+def _fence_total(items: list[SimMissionItem]) -> int:
+    """FENCE_TOTAL as ArduPilot's fence store counts it: one header per polygon, its vertices, one per
+    circle, and an end marker (a 4-vertex inclusion polygon and one circle read FENCE_TOTAL 7)."""
+    if not items:
+        return 0
+    polygons = 0
+    left = 0
+    for it in items:
+        if it.command in (R.MAV_CMD_NAV_FENCE_POLYGON_VERTEX_INCLUSION, R.MAV_CMD_NAV_FENCE_POLYGON_VERTEX_EXCLUSION):
+            if left <= 0:
+                polygons += 1
+                left = max(round(it.param1), 1)
+            left -= 1
+    return len(items) + polygons + 1
 
 
 def _param_name(raw: Any) -> str:

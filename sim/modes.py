@@ -91,7 +91,7 @@ ARDUPILOT: Final = SimFlavour(
     auto="AUTO",
     rtl="RTL",
     land="LAND",
-    version=(4, 5, 7),
+    version=(4, 7, 0),  # ArduCopter V4.7.0-dev, as the recorded SITL (flight_sw_version 0x04070000)
 )
 
 PX4: Final = SimFlavour(

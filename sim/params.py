@@ -7,8 +7,8 @@ an INT8 stores 3), every value travels as a float in PARAM_VALUE, and unknown
 names are ignored without an answer. The parameters the simulator acts on are
 marked in `docs/sim.md`; the rest are stored and reported only.
 
-Names and defaults follow ArduCopter 4.7 (MAV_SYSID) except where noted: DISARM_DELAY is 0 so tests
-that arm and wait are not racing the automatic disarm, and the battery is a
+Names and defaults follow ArduCopter 4.7 (MAV_SYSID) except where noted (DISARM_DELAY is ArduCopter's 10:
+a vehicle armed on the ground that does not take off disarms itself after 10 s of sim time), and the battery is a
 4S 5200 mAh pack whose low/critical voltages (14.7 V, 14.2 V) fall at about
 25 % and 7 % in the simulator's voltage model, with a low-battery action of
 RTL (ArduCopter ships with 0, no action).
@@ -43,7 +43,7 @@ _TABLE: Final[tuple[tuple[str, float, int], ...]] = (
     ("FRAME_CLASS", 1, INT8),
     ("FRAME_TYPE", 1, INT8),
     ("ARMING_CHECK", 1, INT32),
-    ("DISARM_DELAY", 0, INT8),
+    ("DISARM_DELAY", 10, INT8),
     ("ANGLE_MAX", 3000, INT16),
     ("PILOT_SPEED_UP", 250, INT16),
     ("PILOT_SPEED_DN", 0, INT16),
@@ -97,6 +97,10 @@ _TABLE: Final[tuple[tuple[str, float, int], ...]] = (
     ("SERIAL0_BAUD", 115, INT32),
     ("SERIAL0_PROTOCOL", 2, INT8),
     ("TERRAIN_ENABLE", 1, INT8),
+    # kept by the vehicle itself, broadcast (PARAM_VALUE index 65535) when an upload changes them
+    ("MIS_TOTAL", 0, INT16),
+    ("FENCE_TOTAL", 0, INT8),
+    ("RALLY_TOTAL", 0, INT8),
 )
 
 SPECS: Final[tuple[SimParamSpec, ...]] = tuple(SimParamSpec(name=n, default=float(d), type=t) for n, d, t in _TABLE)

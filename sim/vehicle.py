@@ -68,6 +68,7 @@ class LinkStats:
     connections: int = 0
     disconnects: int = 0
     frames_in_unverified: int = 0  # ignored by signing (unsigned, bad signature, replay) on a link other than 0
+    frames_forwarded: int = 0  # ground stations' HEARTBEATs routed to the other clients
 
 
 class _Client(asyncio.Protocol):
@@ -274,6 +275,8 @@ class SimVehicle(VehicleModel):
                 continue
             if self.signing.enabled and not self._signature_ok(msg, client.link_id):
                 continue
+            if msg.get_type() == "HEARTBEAT" and msg.get_srcSystem() != self.sysid:
+                self._forward(client, msg)
             if msg.get_type() == "SETUP_SIGNING":
                 if msg.target_system in (0, self.sysid):
                     self.signing.setup(bytes(msg.secret_key), int(msg.initial_timestamp))
@@ -284,6 +287,16 @@ class SimVehicle(VehicleModel):
                 self.stats.handler_errors += 1
                 log.exception("vehicle %d: error handling %s", self.sysid, msg.get_type())
         self.flush(wall)
+
+    def _forward(self, source: _Client, msg: Any) -> None:
+        """ArduPilot routes a ground station's HEARTBEAT to its other links byte for byte (same sysid/compid,
+        seq and signature, as recorded on SITL's SERIAL0/SERIAL1); each other client here is such a link."""
+        frame = bytes(msg.get_msgbuf())
+        for c in self.clients:
+            t = c.transport
+            if c is not source and t is not None and t.get_write_buffer_size() <= WRITE_BUFFER_LIMIT:
+                t.write(frame)
+                self.link.frames_forwarded += 1
 
     def _signature_ok(self, msg: Any, link_id: int) -> bool:
         verdict = self.signing.check(bytes(msg.get_msgbuf()), msg.get_msgId(), link_id)

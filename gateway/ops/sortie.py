@@ -40,6 +40,7 @@ from gateway.ops.client import CommandClient, Result
 log = structlog.get_logger("mavjet.sortie")
 
 EARTH_M_PER_DEG = 111_320.0
+MAV_STATE_STANDBY = 3  # MAV_STATE: UNINIT 0, BOOT 1, CALIBRATING 2, STANDBY 3, ACTIVE 4, ...
 # The mode each flavour is put in before arming (the twin's `status.flavour`).
 START_MODE: dict[str, str] = {"ardupilot": "GUIDED", "px4": "AUTO.LOITER"}
 
@@ -141,6 +142,11 @@ async def fly_sortie(
         await cc.start()
         await twin.until("position", lambda: twin.get("position", "lat_deg") is not None
                          and twin.get("status", "armed") is not None, plan.step_timeout_s)
+        # Out of BOOT first: ArduPilot reverts a mode set while booting and refuses to arm ("Arm: System not
+        # initialised"). The arm itself is tried once: a refusal ends the sortie with the vehicle's reason
+        # (never retried blindly; `fly_sortie_forever` starts a new sortie after its pause).
+        await twin.until("standby", lambda: (twin.get("status", "system_status") or 0) >= MAV_STATE_STANDBY,
+                         plan.step_timeout_s)
         lat0, lon0 = twin.get("position", "lat_deg"), twin.get("position", "lon_deg")
         log.info("sortie_start", vehicle=vid, alt_m=plan.alt_m, radius_m=plan.radius_m)
         await command("set_mode", {"mode": start_mode(twin.get("status", "flavour"))})

@@ -71,7 +71,7 @@ async def test_arm_refused_before_ekf_then_accepted() -> None:
         with pytest.raises(CommandRejected) as err:
             await run_command(link, ARM, (1,), config=FAST)
         assert err.value.result == mavlink2.MAV_RESULT_FAILED
-        assert any("PreArm" in text for _, text in v.statustexts)
+        assert any(text.startswith("Arm: ") for _, text in v.statustexts)  # ArduPilot: "Arm: <reason>" after the ACK
         assert not v.armed
         await wait_for(lambda: bool(v.ekf_ok), 20.0, "EKF to settle")
         out = await run_command(link, ARM, (1,), config=FAST)

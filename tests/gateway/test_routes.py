@@ -118,7 +118,8 @@ async def test_ground_station_on_a_udp_route_sees_params_and_changes_mode(
                f"udp:127.0.0.1:{listen}?sysid=42", metrics_port=0)
     try:
         async with running(Gateway(cfg)) as gw:
-            await gcs.recv(_hb)
+            # as with ArduPilot: a mode set before STANDBY is overridden when the vehicle leaves BOOT
+            await gcs.recv(lambda x: _hb(x) and x.system_status == m.MAV_STATE_STANDBY)
             await gcs.send(m.MAVLink_heartbeat_message(6, 8, 0, 0, 4, 3))
             await gcs.send(m.MAVLink_param_request_read_message(1, 1, b"MAV_SYSID", -1))
             pv = await gcs.recv(lambda x: x.get_type() == "PARAM_VALUE" and x.param_id == "MAV_SYSID")

@@ -54,15 +54,19 @@ async def test_nan_altitude_refused_with_invalid_param7_and_not_rolled_back(flee
     assert len(got) == 2 and got[1].command == M.MAV_CMD_NAV_TAKEOFF  # cut to the new count, old item kept
 
 
-async def test_refused_arm_statustext_comes_right_before_the_ack() -> None:
-    async with running(ekf_settle_s=30.0) as fleet:
+async def test_arm_during_boot_is_refused_with_its_text_before_the_ack() -> None:
+    """boot_and_arm_refused: the ARM at 0.23 s (still BOOT) got "Arm: System not initialised" just before its ACK,
+    the only refusal whose text came first."""
+    async with running(boot_s=30.0) as fleet:
         gcs = await MavClient.connect(fleet.endpoints[0])
         try:
             i = gcs.mark()
             ack = await gcs.command_long(1, ARM, 1)
-            assert ack.result == M.MAV_RESULT_FAILED
+            assert ack.result == M.MAV_RESULT_FAILED and ack.result_param2 == 0
             seen = [m for m in gcs.messages[i:] if m.get_type() in ("STATUSTEXT", "COMMAND_ACK")]
             k = next(n for n, m in enumerate(seen) if m.get_type() == "COMMAND_ACK")
-            assert k > 0 and seen[k - 1].get_type() == "STATUSTEXT" and seen[k - 1].text.startswith("PreArm: ")
+            assert k > 0 and seen[k - 1].text == "Arm: System not initialised"
+            assert seen[k - 1].severity == M.MAV_SEVERITY_CRITICAL
+            assert not fleet.vehicles[0].armed
         finally:
             await gcs.close()

@@ -25,13 +25,13 @@ async def test_arming_refused_before_ekf_then_accepted() -> None:
             i = gcs.mark()
             ack = await gcs.command_long(1, ARM, 1)
             assert ack.result == FAILED
-            text = await gcs.recv("STATUSTEXT", lambda m: m.text.startswith("PreArm"), since=i)
+            text = await gcs.recv("STATUSTEXT", lambda m: m.text.startswith("Arm: "), since=i)
             assert text.severity == M.MAV_SEVERITY_CRITICAL
             assert not fleet.vehicles[0].armed
             await ready(fleet)
             assert (await gcs.command_long(1, ARM, 1)).result == OK
             hb = await gcs.recv("HEARTBEAT", lambda m: m.base_mode & M.MAV_MODE_FLAG_SAFETY_ARMED)
-            assert hb.system_status == M.MAV_STATE_ACTIVE
+            assert hb.system_status == M.MAV_STATE_STANDBY  # ArduCopter: STANDBY until it leaves the ground
             # disarm on the ground is fine
             assert (await gcs.command_long(1, ARM, 0)).result == OK
             assert not fleet.vehicles[0].armed
@@ -43,6 +43,7 @@ async def test_forced_arm_skips_checks() -> None:
     async with running(ekf_settle_s=300.0, gps_fix_s=300.0) as fleet:
         gcs = await MavClient.connect(fleet.endpoints[0])
         try:
+            await wait_for(lambda: fleet.vehicles[0].initialised, timeout_s=5, interval_s=0.02)  # past BOOT
             assert (await gcs.command_long(1, ARM, 1)).result == FAILED
             # Disarmed, ArduCopter accepts any mode (its arming checks guard the flight): the
             # guided recording shows GUIDED accepted at STANDBY before the EKF has a position.

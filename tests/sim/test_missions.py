@@ -38,7 +38,7 @@ async def upload(gcs: MavClient, items: list[Any], mtype: int = 0) -> Any:
     gcs.send(M.MAVLink_mission_count_message(1, 1, len(items), mtype))
     served: list[int] = []
     while True:
-        msg = await _next_of(gcs, ("MISSION_REQUEST_INT", "MISSION_ACK"), i)
+        msg = await _next_of(gcs, ("MISSION_REQUEST", "MISSION_REQUEST_INT", "MISSION_ACK"), i)
         i = gcs.messages.index(msg, i) + 1
         if msg.get_type() == "MISSION_ACK":
             return msg, served
@@ -112,7 +112,7 @@ async def test_abandoned_upload_is_cancelled_and_keeps_the_old_mission(fleet: Si
     gcs.send(M.MAVLink_mission_count_message(1, 1, 4, 0))
     ack = await gcs.recv("MISSION_ACK", since=i, timeout_s=5)  # 8 s of sim time without an item
     assert ack.type == M.MAV_MISSION_OPERATION_CANCELLED
-    assert len(gcs.of("MISSION_REQUEST_INT", i)) >= 3  # re-requested before giving up
+    assert len(gcs.of("MISSION_REQUEST", i)) >= 3  # re-requested before giving up
     assert len(v.mission) == len(items)
 
 
@@ -196,7 +196,7 @@ async def test_legacy_mission_item_upload_is_accepted(fleet: SimFleet, gcs: MavC
     i = gcs.mark()
     gcs.send(M.MAVLink_mission_count_message(1, 1, 2, 0))
     for seq in range(2):
-        await gcs.recv("MISSION_REQUEST_INT", lambda m, s=seq: m.seq == s, since=i)
+        await gcs.recv("MISSION_REQUEST", lambda m, s=seq: m.seq == s, since=i)
         gcs.send(M.MAVLink_mission_item_message(1, 1, seq, 3, 16, 0, 1, 0, 0, 0, 0, v.lat_deg, v.lon_deg, 20.0, 0))
     assert (await gcs.recv("MISSION_ACK", since=i)).type == M.MAV_MISSION_ACCEPTED
     assert abs(v.mission[1].x - round(v.lat_deg * 1e7)) <= 50  # float32 degrees: why MISSION_ITEM_INT exists

@@ -23,7 +23,10 @@ GUIDED = 4
 
 
 def model() -> VehicleModel:
-    return VehicleModel(VehicleOptions(sysid=1, flavour=ARDUPILOT, lat_deg=-35.36, lon_deg=149.16, ground_amsl_m=584.0))
+    # boot_s=0: past ArduPilot's BOOT window at once (arming then would be refused as "not initialised")
+    return VehicleModel(
+        VehicleOptions(sysid=1, flavour=ARDUPILOT, lat_deg=-35.36, lon_deg=149.16, ground_amsl_m=584.0, boot_s=0.0)
+    )
 
 
 def command(v: VehicleModel, cmd: int, *params: float, confirmation: int = 0, wall: float = 0.0) -> int:
