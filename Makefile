@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/mavjet bench commands --vehicles 100 --duration 10
 	$(BIN)/mavjet bench mixed --vehicles 100 --cmd-rate 10 --duration 10
 	$(BIN)/mavjet bench consumers --counts 1000
+	$(BIN)/mavjet bench uplink
 
 clean:
 	rm -rf $(VENV) .mavjet build *.egg-info

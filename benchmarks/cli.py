@@ -14,6 +14,7 @@ BENCHMARKS = {
     "mixed": "benchmarks.mixed",
     "consumers": "benchmarks.consumers",
     "compare": "benchmarks.compare",
+    "uplink": "benchmarks.uplink",
 }
 
 

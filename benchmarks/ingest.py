@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import resource
 import subprocess
@@ -31,6 +32,7 @@ from gateway.contract.natsconn import NatsOptions
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from gateway.uplink import UplinkConfig
 
 
 def _rss_mib() -> float:
@@ -99,6 +101,30 @@ async def ceiling(url: str, sample: bytes, seconds: float) -> dict[str, float]:
     return {"msgs": n, "msgs_per_s": n / wall, "cpu_us_per_msg": cpu / max(1, n) * 1e6}
 
 
+class GcTimer:
+    """CPU seconds the cyclic garbage collector took while installed (gc.callbacks), by generation."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.process_time()
+        else:
+            gen = info["generation"]
+            self.seconds[gen] += time.process_time() - self._t0
+            self.collections[gen] += 1
+
+    def __enter__(self) -> GcTimer:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 class OrderCheck:
     """Per state subject, is every sample's `time` at or after the previous one's?
 
@@ -142,6 +168,10 @@ async def run_ingest(
                        for i in range(n)),
         nats=NatsOptions(servers=(server.url,)), env="bench", instance="bench",
         state_dir=Path(tmp) / "state", startup_timeout_s=max(10.0, n / 20), uvloop=args.uvloop,
+        # The shaper (gateway/uplink.py) sheds state when the machine, not the uplink, is
+        # slow; this benchmark measures the cost of the configured rates, so it is off
+        # unless asked for.
+        uplink=UplinkConfig(enabled=args.shaping),
     )
     gw = Gateway(cfg)
     result: dict[str, Any] = {}
@@ -153,6 +183,10 @@ async def run_ingest(
         sessions = [t.session for t in gw.twins.values()]
         m0 = sum(s.health().messages_in for s in sessions)
         p0 = gw.publisher.state_published
+        # Samples the link-adaptive shaper held back (gateway/uplink.py; absent in older builds):
+        # a comparison of CPU per message is only fair at the same state rate.
+        shaper = getattr(gw.publisher, "uplink", None)
+        shed0 = getattr(shaper, "shed", 0)
         latencies_ns: list[int] = []
         gw.publisher.on_state_ack = latencies_ns.append
         order = OrderCheck()
@@ -161,7 +195,8 @@ async def run_ingest(
             await watcher.subscribe(f"fleet.bench.veh.VID-{i + 1:04d}.state.>", cb=order.on_msg)
         cpu0, t0 = time.process_time(), time.monotonic()
         simcpu0 = _proc_cpu_s(sim.pid)
-        await anyio.sleep(args.duration)
+        with GcTimer() as gct:
+            await anyio.sleep(args.duration)
         wall = time.monotonic() - t0
         cpu = time.process_time() - cpu0
         simcpu = _proc_cpu_s(sim.pid) - simcpu0
@@ -182,9 +217,13 @@ async def run_ingest(
             "gateway_cpu_pct": round(100 * cpu / wall, 1),
             "gateway_cpu_us_per_mavlink_msg": round(cpu / max(1, msgs) * 1e6, 2),
             "sim_cpu_pct": round(100 * simcpu / wall, 1),
+            # Part of the gateway's CPU: the cyclic collector, per generation (young, middle, full).
+            "gc_cpu_pct": [round(100 * x / wall, 2) for x in gct.seconds],
+            "gc_collections": gct.collections,
             "gateway_rss_mib": round(_rss_mib(), 1),
             "links_up": sum(1 for s in sessions if s.is_up),
             "state_dropped": gw.publisher.state_dropped,
+            "state_shed": getattr(shaper, "shed", 0) - shed0,
             "order_checked_samples": order.checked,
             "order_reordered_samples": order.reordered,
         })
@@ -208,17 +247,26 @@ def ingest_main(argv: list[str]) -> int:
     p.add_argument("--warmup", type=float, default=3.0, help="seconds after startup before measuring")
     p.add_argument("--baseline-seconds", type=float, default=3.0)
     p.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
+    p.add_argument("--shaping", action="store_true",
+                   help="let the uplink shaper shed state (off: every configured sample is published)")
+    p.add_argument("--workers", metavar="N[,N...]", help="run `mavjet gateway --workers N` as processes for each N, "
+                   "one after the other against one sim and server, and print the scaling (benchmarks/workers.py)")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-ingest-N.json)")
     p.add_argument("--compare", metavar="REF", help="run this benchmark from git REF and from the working tree "
                    "alternately and print both with their ratio (mavjet bench compare)")
     p.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each side (default %(default)s)")
     args = p.parse_args(argv)
+    if args.workers:
+        from benchmarks.workers import run_workers
+
+        return run_workers(args)
     if args.compare:
         from benchmarks.compare import compare
 
         # The same benchmark options for both sides; --json names the comparison's own file.
         rest = ["--vehicles", str(args.vehicles), "--duration", str(args.duration), "--warmup", str(args.warmup),
-                "--baseline-seconds", str(args.baseline_seconds), *(["--uvloop"] if args.uvloop else [])]
+                "--baseline-seconds", str(args.baseline_seconds), *(["--uvloop"] if args.uvloop else []),
+                *(["--shaping"] if args.shaping else [])]  # a ref without a shaper refuses --shaping
         return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json)
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}

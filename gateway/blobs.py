@@ -46,6 +46,7 @@ from nats.js.errors import NotFoundError
 from drivers.mavlink.plan import Plan, parse_plan
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import BLOBS_BUCKET
+from gateway.uplink import BulkPacer
 
 STREAM = f"OBJ_{BLOBS_BUCKET}"
 HASH_PREFIX = "sha256/"
@@ -197,10 +198,6 @@ def _translated(name: str, kind: BlobFailure, store: str = BLOBS_BUCKET) -> Iter
         raise BlobError(name, kind, type(exc).__name__, str(exc), store=store) from exc
 
 
-def _slices(size: int, chunk_bytes: int, start: int) -> list[tuple[int, int]]:
-    return [(o, min(chunk_bytes, size - o)) for o in range(start, size, chunk_bytes)]
-
-
 class Source:
     """The bytes to upload: in memory, or a file read a chunk at a time (a flight log need not fit in RAM).
 
@@ -300,7 +297,7 @@ class Sent:
 
 async def put_chunks(
     js: JetStreamContext, where: Chunks, src: Source, sha256_hex: str, *, label: str,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None, pacer: BulkPacer | None = None,
 ) -> Sent:  # fmt: skip
     """Append `src`'s chunks to `where.subject`, resuming after the last one stored; raises BlobError.
 
@@ -314,7 +311,12 @@ async def put_chunks(
     first, sent_bytes = index, 0
     if progress:
         progress(offset, size)
-    for off, n in _slices(size, chunk_bytes, offset):
+    off, n = offset, 0
+    while off < size:
+        # A thin uplink (gateway/uplink.py): chunks sized to it, sent when higher priorities are not waiting.
+        n = min(size - off, chunk_bytes if pacer is None else pacer.bulk_chunk_bytes(chunk_bytes, n))
+        if pacer is not None:
+            await pacer.before_bulk(n)
         body = await src.read(off, n)
         with _translated(label, BlobFailure.UNWRITABLE, where.store):
             ack = await js.publish(where.subject, body, stream=where.stream, headers={
@@ -325,8 +327,9 @@ async def put_chunks(
         last_seq, index, sent_bytes = ack.seq, index + 1, sent_bytes + n
         # A progress callback may raise to abort (a CLI's Ctrl-C, a test's cut):
         # that propagates untranslated, and the next put resumes here.
+        off += n
         if progress:
-            progress(off + n, size)
+            progress(off, size)
     return Sent(chunks=index, first=first, sent_bytes=sent_bytes)
 
 

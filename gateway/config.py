@@ -1,8 +1,8 @@
 """Gateway configuration: frozen, keyword-only dataclasses validated on construction.
 
 Every source is resolved here, in one place (`resolve_config`), with one
-precedence per key: command-line flag > environment (MAVJET_NATS, MAVJET_ENV)
-> config file > default. The CLI's argparse defaults are None, so "not given"
+precedence per key: command-line flag > environment (MAVJET_NATS, MAVJET_ENV,
+MAVJET_TRACK_HZ, MAVJET_WORKERS) > config file > default. The CLI's argparse defaults are None, so "not given"
 is never confused with "given the default". Every error names the offending key.
 
 One MAVLink protocol config (`GatewayConfig.protocols`, built from
@@ -33,10 +33,16 @@ from gateway.contract.errors import ConfigError
 from gateway.contract.natsconn import DEFAULT_NATS, NatsOptions
 from gateway.contract.subjects import STATE_CHANNELS, check_token
 from gateway.shadow.config import ShadowConfig
+from gateway.uplink import UplinkConfig
 
 DEFAULT_RATES_HZ: dict[str, float] = {
     "position": 10.0, "attitude": 10.0, "battery": 1.0, "gps": 1.0, "status": 1.0, "link": 1.0,
 }
+
+# The recorder samples the twin's position, which arrives at GLOBAL_POSITION_INT's rate (10 Hz by default).
+MAX_TRACK_HZ = 10.0
+# `--workers`: more processes than this only adds contention on an edge hub's few cores.
+MAX_WORKERS = 32
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +169,7 @@ class GatewayConfig:
     commands: CommandsConfig = field(default_factory=CommandsConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     event_budget: EventBudgetConfig = field(default_factory=EventBudgetConfig)
+    uplink: UplinkConfig = field(default_factory=UplinkConfig)  # link-adaptive shaping (gateway/uplink.py)
     state_dir: Path = Path(".mavjet/state")
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
@@ -178,6 +185,8 @@ class GatewayConfig:
     uvloop: bool = False
     routes: tuple[RouteConfig, ...] = ()
     tunnel: bool = False  # raw MAVLink over core NATS for every vehicle (a vehicle's `tunnel` overrides)
+    track_hz: float = 1.0  # the flight recorder: position samples per second while armed (gateway/recorder.py); 0: off
+    workers: int = 1  # processes splitting the fleet (gateway/workers.py); 1: the single-process daemon
 
     def __post_init__(self) -> None:
         check_token("env", self.env)
@@ -213,8 +222,12 @@ class GatewayConfig:
         for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s"):
             if getattr(self, key) <= 0:
                 raise ConfigError(key, "must be > 0")
+        if not (self.track_hz == 0 or 0.01 <= self.track_hz <= MAX_TRACK_HZ):
+            raise ConfigError("track_hz", f"must be 0 (off) or in [0.01, {MAX_TRACK_HZ:g}] Hz, got {self.track_hz:g}")
         if self.spool_max_events < 100:
             raise ConfigError("spool_max_events", "must be >= 100")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError("workers", f"must be in [1, {MAX_WORKERS}], got {self.workers}")
         for r in self.routes:
             if r.vid is None and len(self.vehicles) > 1:
                 raise ConfigError("routes.vid", f"{r.endpoint}: name the vehicle (?vid=VID) when serving several")
@@ -236,10 +249,10 @@ class GatewayConfig:
 # -- building from TOML + CLI ---------------------------------------------
 
 _TOP_KEYS = {
-    "shadow", "event_budget", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
+    "shadow", "event_budget", "uplink", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
     "max_inflight_state", "uvloop", "publish_tick_s", "routes", "tunnel",
-    "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s",
+    "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s", "track_hz", "workers",
 }
 _NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
 
@@ -312,10 +325,10 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         if key in raw:
             kw[key] = _typed(key, raw[key], str)
     for key in ("startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s",
-                "nats_backoff_initial_s", "nats_backoff_max_s", "publish_tick_s"):
+                "nats_backoff_initial_s", "nats_backoff_max_s", "publish_tick_s", "track_hz"):
         if key in raw:
             kw[key] = float(_typed(key, raw[key], (int, float)))
-    for key in ("spool_max_events", "max_inflight_state", "state_ack_every"):
+    for key in ("spool_max_events", "max_inflight_state", "state_ack_every", "workers"):
         if key in raw:
             kw[key] = _typed(key, raw[key], int)
     if "uvloop" in raw:
@@ -416,9 +429,10 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     kw.update({k: v for k, v in overrides.items() if v is not None})
     shadow = ShadowConfig.from_toml(_typed("shadow", raw.get("shadow", {}), dict))
     event_budget = _section("event_budget", EventBudgetConfig, _typed("event_budget", raw.get("event_budget", {}), dict))
+    uplink = _section("uplink", UplinkConfig, _typed("uplink", raw.get("uplink", {}), dict))
     return GatewayConfig(
         vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands,
-        shadow=shadow, event_budget=event_budget, **kw,
+        shadow=shadow, event_budget=event_budget, uplink=uplink, **kw,
     )
 
 
@@ -426,6 +440,8 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
 
 ENV_NATS = "MAVJET_NATS"
 ENV_ENV = "MAVJET_ENV"
+ENV_TRACK_HZ = "MAVJET_TRACK_HZ"
+ENV_WORKERS = "MAVJET_WORKERS"
 
 
 def load_toml(path: Path | None) -> dict[str, Any]:
@@ -450,13 +466,24 @@ def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ:
     `flags` holds the command line's values with None for "not given" (the
     daemon's argparse defaults are None): `nats`, `env`, `creds`, `tls_ca`,
     `tls_cert`, `tls_key`, `vehicle` (a list of VID=ENDPOINT), `metrics_port`,
-    `metrics_host`, `state_dir`, `instance`, `uvloop`. Other keys are ignored.
+    `metrics_host`, `state_dir`, `instance`, `uvloop`, `track_hz`, `workers`. Other keys are ignored.
     """
     nats_flag = flags.get("nats")
     servers = nats_flag if nats_flag is not None else environ.get(ENV_NATS)
     env = flags.get("env")
     if env is None:
         env = environ.get(ENV_ENV)
+    track_hz = flags.get("track_hz")
+    if track_hz is None and environ.get(ENV_TRACK_HZ):
+        try:
+            track_hz = float(environ[ENV_TRACK_HZ])
+        except ValueError:
+            raise ConfigError(ENV_TRACK_HZ, f"{environ[ENV_TRACK_HZ]!r} is not a number of Hz") from None
+    workers = flags.get("workers")
+    if workers is None and environ.get(ENV_WORKERS):
+        if not environ[ENV_WORKERS].strip().isdigit():
+            raise ConfigError(ENV_WORKERS, f"{environ[ENV_WORKERS]!r} is not a number of processes")
+        workers = int(environ[ENV_WORKERS])
     return build_config(
         raw,
         vehicles=[parse_vehicle(v) for v in flags.get("vehicle") or ()],
@@ -472,4 +499,6 @@ def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ:
         state_dir=flags.get("state_dir"),
         instance=flags.get("instance"),
         uvloop=flags.get("uvloop"),
+        track_hz=track_hz,
+        workers=workers,
     )

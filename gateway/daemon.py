@@ -36,6 +36,7 @@ from gateway.contract.errors import ConfigError, MavjetError
 from gateway.contract.redact import redact
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
+from gateway.recorder import TrackRecorder
 from gateway.services import GatewayService, ServiceContext
 from gateway.spool import Spool
 from gateway.vehicle import VehicleTwin
@@ -46,7 +47,7 @@ log = structlog.get_logger("mavjet.gateway")
 class Gateway:
     """The daemon as an object, so tests and benchmarks can run it in-process."""
 
-    def __init__(self, cfg: GatewayConfig) -> None:
+    def __init__(self, cfg: GatewayConfig, *, hub_sockets: Mapping[str, socket.socket] | None = None) -> None:
         self.cfg = cfg
         self.metrics = GatewayMetrics()
         self.spool = Spool(cfg.state_dir / "spool.sqlite", max_entries=cfg.spool_max_events)
@@ -57,7 +58,8 @@ class Gateway:
         self.hubs: dict[str, UdpHub] = {}
         for v in cfg.vehicles:
             if v.endpoint.scheme == "udp" and v.sysid is not None and str(v.endpoint) not in self.hubs:
-                self.hubs[str(v.endpoint)] = UdpHub(v.endpoint)
+                # `hub_sockets`: a worker's share of a port its parent bound (gateway/workers.py).
+                self.hubs[str(v.endpoint)] = UdpHub(v.endpoint, bound=(hub_sockets or {}).get(str(v.endpoint)))
         # Twins with a new sample since the last tick: the ticker visits only these.
         self._dirty: set[VehicleTwin] = set()
         # The one clock of every state sample and event time (gateway/clock.py).
@@ -76,8 +78,11 @@ class Gateway:
         self._notifier: Any = None
         # Commands, shadow: started once the links are, cancelled at shutdown.
         self.services: list[GatewayService] = []
-        self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics)
+        self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics,
+                                      bulk=self.publisher.uplink)
         self._add_routes()
+        if cfg.track_hz > 0:  # the flight recorder (gateway/recorder.py): TWIN_TRACKS while armed
+            self.services.append(TrackRecorder(cfg))
 
     def _add_routes(self) -> None:
         """Ground stations through the gateway (gateway/routes.py): `--route` endpoints and the NATS tunnel."""
@@ -126,9 +131,8 @@ class Gateway:
                     except Exception:  # one vehicle's bad state must not stop the others' publishing
                         twin.fresh.clear()
                         twin.report_error("publish")
-                publish = self.publisher.publish_state
-                for subject, payload, recv in due:
-                    await publish(subject, payload, recv)
+                if due:
+                    await self.publisher.publish_states(due)  # one buffer write for the tick's plain publishes
             if link_every_ns is not None and now_ns >= next_link_ns:
                 next_link_ns = max(next_link_ns + link_every_ns, now_ns)
                 for twin in twins:
@@ -236,8 +240,9 @@ def tune_gc() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
-async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = True) -> int:
-    gw = with_services(Gateway(cfg), commands=commands, shadow=shadow)
+async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = True,
+                hub_sockets: Mapping[str, socket.socket] | None = None) -> int:
+    gw = with_services(Gateway(cfg, hub_sockets=hub_sockets), commands=commands, shadow=shadow)
 
     async def tune_gc_when_ready() -> None:
         await gw.ready.wait()
@@ -286,6 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-json", action="store_true", default=None, help="JSON logs even on a TTY")
     p.add_argument("--uvloop", action="store_true", default=None, help="use uvloop (edge hubs with many vehicles)")
+    p.add_argument("--track-hz", type=float, metavar="HZ",
+                   help="flight recorder: position samples per second to TWIN_TRACKS while armed "
+                   "(default 1; 0 = off; env MAVJET_TRACK_HZ)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="run N processes that split the vehicles, one metrics endpoint (default 1; env MAVJET_WORKERS; "
+                   "docs/deploy.md)")
+    p.add_argument("--worker-slot", metavar="I/N", help=argparse.SUPPRESS)  # set by --workers for its processes
     p.add_argument("--no-commands", action="store_true", help="telemetry only: do not consume TWIN_CMD")
     p.add_argument("--no-shadow", action="store_true", help="do not reconcile TWIN_SHADOW desired documents")
     return p
@@ -338,8 +350,13 @@ def preflight(cfg: GatewayConfig) -> None:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(args.log_level, json=args.log_json)
+    hub_sockets: dict[str, socket.socket] = {}
     try:
         cfg = config_from_args(args)
+        if args.worker_slot is not None:  # one of `--workers`' processes: its slice of the fleet (gateway/workers.py)
+            from gateway.workers import worker_setup
+
+            cfg, hub_sockets = worker_setup(cfg, args.worker_slot, os.environ)
         preflight(cfg)
     except MavjetError as exc:
         print(redact(f"mavjet gateway: {exc}"), file=sys.stderr)
@@ -348,10 +365,14 @@ def main(argv: list[str]) -> int:
         print("mavjet gateway: fastcrc is missing (MAVLink decoding would be 2x slower); "
               "reinstall mavjet with its dependencies", file=sys.stderr)
         return 2
+    if cfg.workers > 1:  # the supervisor: starts the workers, serves one /metrics (gateway/workers.py)
+        from gateway.workers import supervise
+
+        return supervise(cfg, argv)
     backend_options = {"use_uvloop": True} if cfg.uvloop else {}
     try:
         return anyio.run(
-            partial(serve, cfg, commands=not args.no_commands, shadow=not args.no_shadow),
+            partial(serve, cfg, commands=not args.no_commands, shadow=not args.no_shadow, hub_sockets=hub_sockets),
             backend="asyncio", backend_options=backend_options,
         )
     except KeyboardInterrupt:

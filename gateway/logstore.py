@@ -59,6 +59,7 @@ from gateway.contract.subjects import (
     log_record_subject,
     log_records_filter,
 )
+from gateway.uplink import BulkPacer
 
 OBJECT_PREFIX = "logs/"
 _CONSUMER_INACTIVE_S = 5.0  # an abandoned reader's consumer goes by itself: no delete permission needed
@@ -122,7 +123,7 @@ async def read_record(js: JetStreamContext, env: str, vid: str, name: str) -> Lo
 
 async def put_log(
     js: JetStreamContext, env: str, vid: str, name: str, data: bytes | Path, *, log_id: int | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None, pacer: BulkPacer | None = None,
 ) -> Transfer:  # fmt: skip
     """Store one log of `vid` (resuming a cut upload; sent once per content); raises BlobError."""
     label = object_name(vid, name)
@@ -136,7 +137,8 @@ async def put_log(
             progress(src.size, src.size)
         return Transfer(name=label, sha256=hex_, size_bytes=src.size, chunks=old.chunks, sent_chunks=0,
                         sent_bytes=0, resumed_at_chunk=old.chunks, already_present=True)
-    sent = await put_chunks(js, where, src, hex_, label=label, chunk_bytes=chunk_bytes, progress=progress)
+    sent = await put_chunks(js, where, src, hex_, label=label, chunk_bytes=chunk_bytes, progress=progress,
+                            pacer=pacer)
     record = LogRecord(vid=vid, name=name, sha256=hex_, size_bytes=src.size, chunks=sent.chunks,
                        mtime=datetime.now(UTC).isoformat(), log_id=log_id)
     try:

@@ -10,13 +10,19 @@ Names follow Prometheus conventions: counters end in `_total`, units are
 base units in the name (`_seconds`, `_bytes`), per-vehicle series carry a
 `vid` label. docs/operations.md ("Gateway metrics") lists them, with the
 table of names renamed from earlier releases.
+
+With `--workers N` the supervisor serves one /metrics (`WorkersMetrics`): it
+scrapes each worker's loopback endpoint when it is scraped and adds a
+`worker` label, so dashboards sum over workers as they would over gateways.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import platform
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nats import errors as nats_errors
@@ -28,7 +34,8 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from drivers.mavlink.link import LinkState
@@ -36,6 +43,7 @@ from drivers.mavlink.router import RouteStats
 from drivers.mavlink.session import Session
 from gateway import __version__
 from gateway.contract.errors import ConfigError
+from gateway.uplink import UplinkMetrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 # A command takes one round trip (arm: ~50 ms) up to a whole climb or mission upload (tens of seconds).
@@ -164,6 +172,7 @@ class GatewayMetrics:
         for reason in NATS_AUTH_REASONS:  # exported at 0 from the start, so an alert can use increase()
             self.nats_auth_errors.labels(reason)
         self.spool_depth = Gauge("mavjet_spool_depth", "Events waiting in the on-disk spool", registry=r)
+        self.uplink = UplinkMetrics(r)  # link-adaptive shaping (gateway/uplink.py)
         self.spool_dropped = Counter(
             "mavjet_spool_dropped", "Spooled events dropped at the bound, by class (gateway.spool)", ["class"],
             registry=r,
@@ -204,6 +213,90 @@ class GatewayMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError("metrics.port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        bound: int = server.server_address[1]
+        return bound
+
+
+# -- `--workers`: one /metrics for the supervisor and its workers ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatus:
+    """What the supervisor knows of one worker when Prometheus scrapes it (gateway/workers.py)."""
+
+    worker: str
+    metrics_port: int
+    running: bool
+    ready: bool
+    restarts: int
+    vehicles: int
+
+
+def merge_worker_metrics(texts: Iterable[tuple[str, str]]) -> list[Metric]:
+    """Each worker's exposition text, parsed and relabelled with `worker`, one family per name.
+
+    Families are merged so the output has one HELP/TYPE per name, as the
+    exposition format requires; a family's samples keep their own names
+    (`_total`, `_bucket`, `_sum`, ...).
+    """
+    families: dict[str, Metric] = {}
+    for worker, text in texts:
+        for fam in text_string_to_metric_families(text):
+            merged = families.get(fam.name)
+            if merged is None:
+                merged = families[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            for s in fam.samples:
+                merged.add_sample(s.name, {**s.labels, "worker": worker}, s.value, s.timestamp)
+    return list(families.values())
+
+
+class _WorkersCollector(Collector):
+    """Scrapes each running worker's loopback /metrics at collect time (no copy kept, nothing stale served)."""
+
+    def __init__(self, status: Callable[[], Iterable[WorkerStatus]], timeout_s: float) -> None:
+        self._status = status
+        self._timeout_s = timeout_s
+
+    def collect(self) -> Iterator[Any]:
+        up = GaugeMetricFamily("mavjet_worker_up", "1 while the worker process runs and answered this scrape",
+                               labels=["worker"])
+        ready = GaugeMetricFamily("mavjet_worker_ready", "1 once the worker reported READY (its links started)",
+                                  labels=["worker"])
+        restarts = CounterMetricFamily("mavjet_worker_restarts", "Times the supervisor restarted the worker",
+                                       labels=["worker"])
+        vehicles = GaugeMetricFamily("mavjet_worker_vehicles", "Vehicles in the worker's slice", labels=["worker"])
+        texts: list[tuple[str, str]] = []
+        for st in self._status():
+            answered = False
+            if st.running:
+                try:
+                    url = f"http://127.0.0.1:{st.metrics_port}/metrics"
+                    with urllib.request.urlopen(url, timeout=self._timeout_s) as resp:
+                        texts.append((st.worker, resp.read().decode()))
+                    answered = True
+                except (OSError, ValueError):  # starting, stopping or hung: worker_up says so
+                    pass
+            up.add_metric([st.worker], 1.0 if answered else 0.0)
+            ready.add_metric([st.worker], 1.0 if st.ready else 0.0)
+            restarts.add_metric([st.worker], st.restarts)
+            vehicles.add_metric([st.worker], st.vehicles)
+        yield from (up, ready, restarts, vehicles)
+        yield from merge_worker_metrics(texts)
+
+
+class WorkersMetrics:
+    """The supervisor's registry: its own worker_* series and every worker's, labelled `worker`."""
+
+    def __init__(self, status: Callable[[], Iterable[WorkerStatus]], *, scrape_timeout_s: float = 2.0) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+        self.registry = CollectorRegistry()
+        self.registry.register(_WorkersCollector(status, scrape_timeout_s))
+
+    def serve(self, host: str, port: int) -> int:
         try:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:

@@ -4,9 +4,12 @@
   gateway keeps reading vehicles, spooling events and dropping stale state.
   The first connect retries with capped, jittered backoff; after that nats-py
   reconnects on its own (forever) and we follow its callbacks.
-- State is latest-wins: published with `publish_async` (bounded in flight,
-  never awaited on the hot path); while disconnected it is dropped, because the
-  next tick carries a newer sample anyway.
+- State is latest-wins: most samples go out as plain publishes, every Nth with
+  `publish_async` (bounded in flight, never awaited on the hot path); while
+  disconnected it is dropped, because the next tick carries a newer sample
+  anyway. A tick's samples are framed as HPUB commands and written as one
+  buffer, the acked ones with a reply on one inbox (gateway/statepub.py),
+  instead of one `nc.publish` / `js.publish_async` each (docs/performance.md).
 - Events go through the durable spool and are published oldest first with
   `Nats-Msg-Id`, so a republish after an outage is de-duplicated by the stream.
   The in-memory hand-off to the spool writer is bounded: when the writer falls
@@ -31,11 +34,14 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from drivers.mavlink.backoff import Backoff
+from drivers.mavlink.transport import limit_read_size
 from gateway.config import GatewayConfig
 from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.spool import DROP_ORDER, Drops, Spool
+from gateway.statepub import RawPublish, StateAcks
+from gateway.uplink import UplinkMonitor
 
 log = structlog.get_logger("mavjet.nats")
 
@@ -44,6 +50,14 @@ DRAIN_BATCH = 256
 # transaction, so the queue only grows while one write is slow; far above any
 # burst the vehicles produce (a burst is a few events per vehicle).
 MAX_PENDING_EVENTS = 10_000
+
+
+
+def _limit_nats_read_size(nc: Client) -> None:
+    """nats-py reads through an asyncio stream: the same 256 KiB allocation per read (drivers/mavlink/transport.py)."""
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    if writer is not None:
+        limit_read_size(writer.transport)
 
 
 class Publisher:
@@ -78,6 +92,12 @@ class Publisher:
         self._m_spool_dropped = {cls.value: metrics.spool_dropped.labels(cls.value) for cls in DROP_ORDER}
         self._state_error_logged = -1e9
         self._state_headers = {"Content-Type": CONTENT_TYPE}
+        self._raw = RawPublish(self._state_headers)
+        self._raw_ok = False  # set at connect: nats-py has the buffer RawPublish writes to
+        self._acks: StateAcks | None = None
+        # Link-adaptive shaping (gateway/uplink.py): off while the uplink is healthy.
+        self.uplink = UplinkMonitor(cfg.uplink, metrics=metrics.uplink,
+                                    higher_pending=lambda: bool(self._pending_events) or self.spool.depth > 0)
 
     @property
     def is_connected(self) -> bool:
@@ -92,6 +112,8 @@ class Publisher:
         self.metrics.nats_connected.set(1)
         self.metrics.nats_reconnects.inc()
         url = natsconn.server_name(self.nc) if self.nc is not None else "?"
+        if self.nc is not None:
+            _limit_nats_read_size(self.nc)  # a new socket after a reconnect
         log.info("nats_reconnected", server=url)
         self._spool_ready.set()
 
@@ -123,6 +145,13 @@ class Publisher:
                 await anyio.sleep(delay)
                 continue
             self.nc = nc
+            _limit_nats_read_size(nc)
+            self._raw_ok = RawPublish.usable(nc)
+            if self._raw_ok:
+                acks = StateAcks(nc.new_inbox(), timeout_ns=int(self.cfg.publish_timeout_s * 1e9),
+                                 on_ack=self._state_acked, on_error=self._state_failed)
+                await nc.subscribe(acks.subject, cb=acks.on_msg)
+                self._acks = acks
             self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, publish_async_max_pending=self.cfg.max_inflight_state)
             self.metrics.nats_connected.set(1)
             log.info("nats_connected", server=natsconn.server_name(nc))  # host:port, never the URL's userinfo
@@ -148,7 +177,32 @@ class Publisher:
         self._m_state_latency.observe(lat / 1e9)
         self._m_state_ok.inc()
 
+    def _state_acked(self, recv_ns: int) -> None:
+        self._inflight -= 1
+        lat = time.time_ns() - recv_ns
+        if self.on_state_ack is not None:
+            self.on_state_ack(lat)
+        self._m_state_latency.observe(lat / 1e9)
+        self._m_state_ok.inc()
+
+    def _state_failed(self, reason: str) -> None:
+        self._inflight -= 1
+        self._m_state_error.inc()
+        now = time.monotonic()
+        if now - self._state_error_logged >= 10.0:
+            self._state_error_logged = now
+            log.warning("state_not_acked", error=reason,
+                        hint="is TWIN_STATE provisioned for this env? (mavjet provision)")
+
     async def publish_state(self, subject: str, payload: bytes, recv_ns: int) -> None:
+        """One state sample (the link channel, tests); the ticker publishes a tick's samples with `publish_states`."""
+        if self._raw_ok:
+            await self.publish_states([(subject, payload, recv_ns)])
+        else:
+            await self._publish_state_api(subject, payload, recv_ns)
+
+    async def _publish_state_api(self, subject: str, payload: bytes, recv_ns: int) -> None:
+        """One sample through nats-py's own API: without its write buffer, or while not connected."""
         js, nc = self.js, self.nc
         if js is None or nc is None or not nc.is_connected or self._inflight >= self.cfg.max_inflight_state:
             self.state_dropped += 1
@@ -178,6 +232,56 @@ class Publisher:
         self._inflight += 1
         self.state_published += 1
         fut.add_done_callback(lambda f: self._state_done(f, recv_ns))
+
+    async def publish_states(self, batch: list[tuple[str, bytes, int]]) -> None:
+        """A tick's state samples (subject, payload, receive time), in order, as one buffer write.
+
+        Every Nth sample carries a reply subject for its JetStream ack (latency,
+        proof of storage); the rest are plain. Past `max_inflight_state`
+        unacked samples the server is behind and state is dropped, not queued.
+        """
+        if self.uplink.cfg.enabled:  # a thin uplink: decimated per channel, newest held (gateway/uplink.py)
+            batch = self.uplink.admit_states(batch, time.monotonic_ns())
+        nc, acks = self.nc, self._acks
+        if not self._raw_ok or acks is None or nc is None or not nc.is_connected:
+            for subject, payload, recv_ns in batch:
+                await self._publish_state_api(subject, payload, recv_ns)
+            return
+        now_ns = time.monotonic_ns()
+        acks.expire(now_ns)
+        if self._inflight >= self.cfg.max_inflight_state:
+            self.state_dropped += len(batch)
+            self._m_state_dropped.inc(len(batch))
+            return
+        every = self.cfg.state_ack_every
+        max_payload = nc.max_payload
+        frame = self._raw.frame
+        cmds: list[bytes] = []
+        seq = self._state_seq
+        acked = 0
+        for subject, payload, recv_ns in batch:
+            if len(payload) > max_payload:
+                self.state_dropped += 1
+                self._m_state_dropped.inc()
+                continue
+            seq += 1
+            if seq % every:
+                cmds.append(frame(subject, payload))
+            else:
+                cmds.append(frame(subject, payload, acks.add(recv_ns, now_ns)))
+                acked += 1
+        self._state_seq = seq
+        if not cmds:
+            return
+        self._inflight += acked
+        try:
+            await self._raw.write(nc, cmds)
+        except Exception:
+            self.state_dropped += len(cmds)
+            self._m_state_dropped.inc(len(cmds))
+            return
+        self.state_published += len(cmds)
+        self._m_state_sent.inc(len(cmds) - acked)
 
     # -- events ------------------------------------------------------------
     def enqueue_event(self, subject: str, msg_id: str, payload: bytes) -> None:
@@ -277,6 +381,7 @@ class Publisher:
             task_status.started()
             await self.connect_forever()
             tg.start_soon(self.spool_drainer, name="nats.spool_drainer")
+            tg.start_soon(self.uplink.run, lambda: self.nc, name="nats.uplink")
 
     async def shutdown(self, timeout_s: float) -> None:
         """Flush what is queued, publish the spool, drain the connection. Bounded by `timeout_s`."""

@@ -32,6 +32,7 @@ from drivers.mavlink.session import Session
 from gateway.config import GatewayConfig
 from gateway.metrics import GatewayMetrics
 from gateway.telemetry import Event
+from gateway.uplink import BulkPacer
 
 __all__ = [
     "EventBus",
@@ -121,6 +122,14 @@ class TelemetryView(LiveState, Protocol):
     def snapshot(self) -> dict[str, Any]:
         """The fields every event carries (mode, armed, position, battery, flavour)."""
 
+    @property
+    def channels(self) -> Mapping[str, Mapping[str, Any]]:
+        """The newest sample of each state channel (position, battery, ...), as published to TWIN_STATE."""
+
+    @property
+    def sample_ns(self) -> Mapping[str, int]:
+        """When each channel's newest sample was received (gateway clock, ns)."""
+
 
 class VehicleHandle(Protocol):
     """What a service may use of one vehicle."""
@@ -186,6 +195,7 @@ class ServiceContext:
     vehicles: Mapping[str, VehicleHandle]
     nats: NatsAccess
     metrics: GatewayMetrics
+    bulk: BulkPacer | None = None  # paces bulk transfers on a thin uplink (gateway/uplink.py)
 
     async def jetstream(self) -> tuple[Client, JetStreamContext]:
         """The live connection and JetStream handle, waiting for NATS if it is away."""

@@ -20,11 +20,13 @@ every event, as the telemetry model's state is never affected by the budget.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
+import msgpack
 import structlog
 from anyio.abc import TaskStatus
 
@@ -47,6 +49,38 @@ from gateway.telemetry import Event, TelemetryModel
 
 log = structlog.get_logger("mavjet.vehicle")
 
+_TS32 = struct.Struct(">BbL").pack
+_TS64 = struct.Struct(">BbQ").pack
+_TS96 = struct.Struct(">BBbIq").pack
+
+
+class EnvelopePacker:
+    """`envelope.pack` for one vehicle, byte for byte, at a fraction of the cost per state sample.
+
+    The envelope's head (`v`, `vid`, the `time` key) is the same for every
+    sample of a vehicle, so it is packed once; the msgpack Timestamp is
+    written here (the rules of `msgpack.Timestamp.to_bytes`: 32, 64 or 96
+    bits) instead of building a Timestamp object; the data map goes through
+    one reused C packer. Tests compare it with `envelope.pack`.
+    """
+
+    __slots__ = ("_data_key", "_head", "_pack")
+
+    def __init__(self, vid: str) -> None:
+        p = msgpack.Packer(use_bin_type=True)
+        self._head = b"\x84" + p.pack("v") + p.pack(envelope.VERSION) + p.pack("vid") + p.pack(vid) + p.pack("time")
+        self._data_key = p.pack("data")
+        self._pack = p.pack
+
+    def pack(self, time_ns: int, data: dict[str, Any]) -> bytes:
+        sec, nsec = divmod(time_ns, 1_000_000_000)
+        if sec >> 34 == 0:
+            d64 = nsec << 34 | sec
+            ts = _TS32(0xD6, -1, d64) if d64 >> 32 == 0 else _TS64(0xD7, -1, d64)
+        else:
+            ts = _TS96(0xC7, 12, -1, nsec, sec)
+        return b"".join((self._head, ts, self._data_key, self._pack(data)))
+
 
 class VehicleTwin:
     def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
@@ -59,6 +93,7 @@ class VehicleTwin:
         self.publisher = publisher
         self.metrics = metrics
         self.model = TelemetryModel(vid=vcfg.vid)
+        self._packer = EnvelopePacker(vcfg.vid)
         factory = None
         if hub is not None and vcfg.sysid is not None:
             sysid = vcfg.sysid
@@ -99,10 +134,8 @@ class VehicleTwin:
         # twin's times come from the gateway clock, one read per batch.
         recv_ns = self.clock.now_ns()
         model = self.model
-        update = model.update
         try:
-            for m in msgs:
-                update(m, recv_ns)
+            model.update_many(msgs, recv_ns)
         except Exception:  # one bad message must never take the vehicle down
             self.report_error("telemetry")
         if model.updated:
@@ -232,6 +265,7 @@ class VehicleTwin:
         last = self._last_pub_ns
         model = self.model
         fresh = self.fresh
+        pack = self._packer.pack
         next_due = 1 << 62
         for ch in list(fresh):
             interval = self._interval_ns.get(ch)
@@ -250,7 +284,7 @@ class VehicleTwin:
             fresh.discard(ch)
             recv = self.recv_ns[ch]
             last[ch] = max(due + interval, recv + interval // 2)
-            out.append((self._subjects[ch], envelope.pack(self.vid, model.sample_ns[ch], model.channels[ch]), recv))
+            out.append((self._subjects[ch], pack(model.sample_ns[ch], model.channels[ch]), recv))
         self._next_due_ns = next_due if fresh else 0
         return bool(fresh)
 
@@ -261,7 +295,7 @@ class VehicleTwin:
         if self.budget.holding:
             self.flush_suppressed(now_ns)
         if "link" in self._subjects:
-            payload = envelope.pack(self.vid, now_ns, self.link_channel())
+            payload = self._packer.pack(now_ns, self.link_channel())
             await self.publisher.publish_state(self._subjects["link"], payload, now_ns)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -14,10 +14,9 @@ replayed (counted in `stats.signing_rejected`) before they are decoded.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.framer import Framer
+from drivers.mavlink.framer import Framer, FramerStats
 from drivers.mavlink.signing import MavSigning
 
 # MAVLink component id of an onboard computer (MAV_COMP_ID_ONBOARD_COMPUTER).
@@ -25,17 +24,47 @@ GATEWAY_COMPONENT_ID = 191
 GATEWAY_SYSTEM_ID = 245
 
 
-@dataclass(slots=True)
 class CodecStats:
-    messages_in: int = 0
-    crc_errors: int = 0
-    bad_data: int = 0  # stretches of bytes that were not a valid frame (not bytes; see FramerStats)
-    unknown: int = 0  # frame starts with a message id this dialect does not know
-    seq_gaps: int = 0  # frames missing, summed over every peer
-    by_type: dict[str, int] = field(default_factory=dict)
-    # Frames dropped by signature verification, by reason (the signing state's
-    # live dict; empty without signing).
-    signing_rejected: dict[str, int] = field(default_factory=dict)
+    """The codec's counters: a live view of the framer's, which counts as it frames (no copy per read)."""
+
+    __slots__ = ("_f", "signing_rejected")
+
+    def __init__(self, framer: FramerStats) -> None:
+        self._f = framer
+        # Frames dropped by signature verification, by reason (the signing state's
+        # live dict; empty without signing).
+        self.signing_rejected: dict[str, int] = {}
+
+    @property
+    def messages_in(self) -> int:
+        return self._f.messages
+
+    @property
+    def crc_errors(self) -> int:
+        return self._f.crc_errors
+
+    @property
+    def bad_data(self) -> int:
+        """Stretches of bytes that were not a valid frame (not bytes; see FramerStats)."""
+        return self._f.bad_data
+
+    @property
+    def unknown(self) -> int:
+        """Frame starts with a message id this dialect does not know."""
+        return self._f.unknown
+
+    @property
+    def seq_gaps(self) -> int:
+        """Frames missing, summed over every peer."""
+        return self._f.seq_gaps
+
+    @property
+    def by_type(self) -> dict[str, int]:
+        return self._f.by_type
+
+    def __repr__(self) -> str:
+        return (f"CodecStats(messages_in={self.messages_in}, crc_errors={self.crc_errors}, bad_data={self.bad_data}, "
+                f"unknown={self.unknown}, seq_gaps={self.seq_gaps}, signing_rejected={self.signing_rejected})")
 
 
 class MavCodec:
@@ -46,7 +75,6 @@ class MavCodec:
         # pymavlink's object frames what we send and decodes, for the framer,
         # the messages its fast path does not cover.
         self._mav = mavlink2.MAVLink(None, srcSystem=src_system, srcComponent=src_component)
-        self.stats = CodecStats()
         self.signing = signing
         if signing is None:
             self._framer = Framer(self._mav)
@@ -54,10 +82,11 @@ class MavCodec:
             # pymavlink checks signatures in decode() once its object holds a key
             # (and raises): the framer verifies, so decoding uses a key-less object.
             signing.attach(self._mav)
-            self.stats.signing_rejected = signing.stats.rejected
             decoder = mavlink2.MAVLink(None, srcSystem=src_system, srcComponent=src_component)
             self._framer = Framer(decoder, check=signing.accepts)
-        self._last_seq: dict[tuple[int, int], int] = {}
+        self.stats = CodecStats(self._framer.stats)
+        if signing is not None:
+            self.stats.signing_rejected = signing.stats.rejected
 
     @property
     def src_system(self) -> int:
@@ -69,36 +98,14 @@ class MavCodec:
 
     def feed(self, data: bytes) -> list[MavMessage]:
         """Parse `data`; return the valid messages it completes, in order."""
-        stats = self.stats
         framer = self._framer
         try:
-            parsed = framer.feed(data)
+            return framer.feed(data)
         except Exception:  # never let a parser bug out of the codec: drop the buffer, count it
             framer.reset()
             framer.stats.bad_data += 1
             framer.stats.bad_bytes += len(data)
-            parsed = []
-        fs = framer.stats
-        stats.crc_errors, stats.unknown, stats.bad_data = fs.crc_errors, fs.unknown, fs.bad_data
-        if not parsed:
             return []
-        by_type = stats.by_type
-        last_seq = self._last_seq
-        for msg in parsed:
-            hdr = msg._header
-            key = (hdr.srcSystem, hdr.srcComponent)
-            prev = last_seq.get(key)
-            seq = hdr.seq
-            if prev is not None:
-                gap = (seq - prev - 1) & 0xFF
-                # A gap of 255 is a duplicate/reordered frame, not 255 losses.
-                if 0 < gap < 128:
-                    stats.seq_gaps += gap
-            last_seq[key] = seq
-            mtype = msg._type
-            by_type[mtype] = by_type.get(mtype, 0) + 1
-        stats.messages_in += len(parsed)
-        return parsed
 
     def resync(self) -> None:
         """Call on every (re)connect: the stream starts mid-frame, so nothing is counted until a valid frame."""

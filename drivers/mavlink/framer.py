@@ -1,26 +1,31 @@
-"""A fast, sans-IO MAVLink frame scanner with a fast path for flat messages.
+"""A fast, sans-IO MAVLink frame scanner with its own decoders for messages without strings.
 
 pymavlink's parser walks the buffer a byte at a time through several method
 calls and re-checks everything in `decode()`; on this machine that is
 ~186k msgs/s for a core on the reference machine. Framing here slices whole frames out
-of the buffer, checks the CRC with fastcrc in one call and, for messages with
-no array or string fields (the telemetry hot path: HEARTBEAT,
-GLOBAL_POSITION_INT, ATTITUDE, ...), unpacks and builds the same pymavlink
-message object directly. Everything else is handed to pymavlink's own
-`decode()`.
+of the buffer, unpacks the header with one `struct` call, checks the CRC
+with fastcrc in one call and, for messages with no string fields (the whole
+telemetry hot path: HEARTBEAT, GLOBAL_POSITION_INT, ATTITUDE, SYS_STATUS,
+BATTERY_STATUS with its arrays, ...), unpacks the payload itself. Messages
+with strings (STATUSTEXT, PARAM_VALUE, ...) are handed to pymavlink's own
+`decode()`, which trims and decodes them.
 
-Flat messages come back as light objects (`LightMessage` subclasses generated
-per type, with `__slots__` and an `__init__` that takes the fields in wire
-order): the same attribute names as pymavlink's classes and the accessors the
-project uses (`get_type`, `get_srcSystem`, `get_srcComponent`, `get_seq`,
-`to_dict`), at a fraction of the construction cost. They are for reading;
-outgoing messages are built with pymavlink.
+Those messages come back as light objects (`LightMessage` subclasses generated
+per type, with `__slots__` and an `__init__` that takes the wire values):
+the same attribute names and value types as pymavlink's classes (arrays as
+lists) and the accessors the project uses (`get_type`, `get_srcSystem`,
+`get_srcComponent`, `get_seq`, `to_dict`), at a fraction of the construction
+cost; the header is a `LightHeader`, the unpacked header tuple itself. They
+are for reading; outgoing messages are built with pymavlink.
+tests/drivers/test_fastdecode.py holds them to pymavlink for every type.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from fastcrc import crc16
@@ -33,18 +38,26 @@ SIGNED = mavlink2.MAVLINK_IFLAG_SIGNED
 _crc = crc16.mcrf4xx
 
 
-class LightHeader:
-    __slots__ = ("compat_flags", "incompat_flags", "mlen", "msgId", "seq", "srcComponent", "srcSystem")
+class LightHeader(tuple[int, ...]):
+    """A frame's header as pymavlink names its fields, built in C from one `struct` unpack.
 
-    def __init__(self, msgId: int, incompat_flags: int, compat_flags: int, mlen: int, seq: int,  # noqa: PLR0917
-                 srcSystem: int, srcComponent: int) -> None:
-        self.msgId = msgId
-        self.incompat_flags = incompat_flags
-        self.compat_flags = compat_flags
-        self.mlen = mlen
-        self.seq = seq
-        self.srcSystem = srcSystem
-        self.srcComponent = srcComponent
+    The tuple is what `_V2_HEADER.unpack_from` returns (length, incompat and
+    compat flags, seq, system, component, msgid low 16 and high 8 bits): no
+    Python `__init__` runs per frame.
+    """
+
+    __slots__ = ()
+
+    mlen = property(itemgetter(0))
+    incompat_flags = property(itemgetter(1))
+    compat_flags = property(itemgetter(2))
+    seq = property(itemgetter(3))
+    srcSystem = property(itemgetter(4))
+    srcComponent = property(itemgetter(5))
+
+    @property
+    def msgId(self) -> int:
+        return int(self[6] | (self[7] << 16))
 
 
 class LightMessage:
@@ -63,13 +76,13 @@ class LightMessage:
         return self._msgid
 
     def get_srcSystem(self) -> int:
-        return self._header.srcSystem
+        return int(self._header.srcSystem)
 
     def get_srcComponent(self) -> int:
-        return self._header.srcComponent
+        return int(self._header.srcComponent)
 
     def get_seq(self) -> int:
-        return self._header.seq
+        return int(self._header.seq)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mavpackettype": self._type}
@@ -82,11 +95,23 @@ class LightMessage:
 
 
 def _light_class(cls: Any) -> type[LightMessage]:
-    """A slotted class whose __init__(header, crc, *wire_values) assigns fields by name."""
+    """A slotted class whose __init__(header, crc, wire_values) assigns the fields by name.
+
+    Wire values are the payload's `struct` unpack: one per scalar field, N in a
+    row for an array field, which becomes a list as pymavlink makes it.
+    """
     wire_names = list(cls.ordered_fieldnames)
-    args = ", ".join(f"v{i}" for i in range(len(wire_names)))
-    body = "\n".join(f"    self.{name} = v{i}" for i, name in enumerate(wire_names)) or "    pass"
-    src = f"def __init__(self, _h, _c, {args}):\n    self._header = _h\n    self._crc = _c\n{body}\n"
+    lengths = list(cls.lengths)  # per wire field
+    if all(n == 1 for n in lengths):
+        targets = ", ".join(f"self.{name}" for name in wire_names)
+        body = f"    {targets}, = _v\n" if wire_names else "    pass\n"
+    else:
+        lines, k = [], 0
+        for name, n in zip(wire_names, lengths, strict=True):
+            lines.append(f"    self.{name} = _v[{k}]" if n == 1 else f"    self.{name} = list(_v[{k}:{k + n}])")
+            k += n
+        body = "\n".join(lines) + "\n"
+    src = f"def __init__(self, _h, _c, _v):\n    self._header = _h\n    self._crc = _c\n{body}"
     namespace: dict[str, Any] = {}
     exec(src, namespace)
     return type(
@@ -96,27 +121,28 @@ def _light_class(cls: Any) -> type[LightMessage]:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _MsgInfo:
-    cls: Any
-    crc_extra: int
-    unpack: Any
-    size: int
-    light: Any  # None: pymavlink decode() (arrays or strings)
+# Per message id: (CRC extra as one byte, payload unpack and unpack_from, payload size, light class or
+# None for pymavlink's decode() (strings), type name). A plain tuple: the
+# hot loop unpacks it in one step instead of five attribute reads.
+_MsgInfo = tuple[bytes, Callable[[bytes], tuple[Any, ...]], Callable[[bytes, int], tuple[Any, ...]], int,
+                 "Callable[[LightHeader, int, tuple[Any, ...]], LightMessage] | None", str]
 
 
 def _build_table() -> dict[int, _MsgInfo]:
     table: dict[int, _MsgInfo] = {}
     for msgid, cls in mavlink2.mavlink_map.items():
-        flat = sum(cls.lengths) == len(cls.lengths) and "s" not in cls.unpacker.format
-        table[msgid] = _MsgInfo(
-            cls=cls, crc_extra=cls.crc_extra, unpack=cls.unpacker.unpack, size=cls.unpacker.size,
-            light=_light_class(cls) if flat else None,
-        )
+        # Strings (char arrays) are left to pymavlink, which trims and decodes them.
+        light = "s" not in cls.unpacker.format
+        table[msgid] = (bytes((cls.crc_extra,)), cls.unpacker.unpack, cls.unpacker.unpack_from, cls.unpacker.size,
+                        _light_class(cls) if light else None, cls.msgname)
     return table
 
 
 _TABLE = _build_table()
+_ZEROS = tuple(bytes(n) for n in range(256))  # padding for trimmed payloads, one object per length
+# A v2 header after the magic byte: length, incompat, compat, seq, system, component, msgid (16 + 8 bits).
+_V2_HEADER = struct.Struct("<BBBBBBHB")
+_v2_header = _V2_HEADER.unpack_from
 
 
 @dataclass(slots=True)
@@ -129,6 +155,12 @@ class FramerStats:
     bad_data: int = 0
     bad_bytes: int = 0  # the bytes of those stretches, for diagnosis
     unverified: int = 0  # valid frames the signature check refused (see drivers/mavlink/signing.py)
+    # Counted here, where the header is already unpacked, rather than in a second
+    # pass over the messages: messages returned, by type, and frames missing
+    # going by each peer's sequence numbers.
+    messages: int = 0
+    seq_gaps: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
 
 
 # Judges one complete, CRC-valid frame (bytes, message id): keep it or drop it.
@@ -139,7 +171,7 @@ class Framer:
     """Feed bytes, get pymavlink messages. Keeps an incomplete frame for the next feed."""
 
     def __init__(self, mav: Any, *, check: FrameCheck | None = None) -> None:
-        self._mav = mav  # pymavlink MAVLink object, for decode() of non-flat messages
+        self._mav = mav  # pymavlink MAVLink object, for decode() of messages with strings
         # Signature verification, only on links with a signing key: the unsigned
         # hot path pays one `is not None` test per frame and nothing else.
         self._check = check
@@ -147,6 +179,7 @@ class Framer:
         self.stats = FramerStats()
         self._synced = True  # False until the first valid frame after resync()
         self._in_junk = False  # inside a stretch already counted in bad_data
+        self._last_seq: dict[int, int] = {}  # (system << 8 | component) -> last sequence number
 
     def _junk(self, nbytes: int) -> None:
         if not self._synced:
@@ -170,17 +203,20 @@ class Framer:
         table = _TABLE
         stats = self.stats
         check = self._check
+        last_seq = self._last_seq
+        by_type = stats.by_type
+        gaps = 0
         while i < n:
             b0 = buf[i]
             if b0 == MAGIC_V2:
                 if n - i < 10:
                     break
-                mlen = buf[i + 1]
-                incompat = buf[i + 2]
-                end = i + 12 + mlen + (13 if incompat & SIGNED else 0)
+                hdr = _v2_header(buf, i + 1)
+                mlen = hdr[0]
+                end = i + 12 + mlen + (13 if hdr[1] & SIGNED else 0)
                 if end > n:
                     break
-                msgid = buf[i + 7] | (buf[i + 8] << 8) | (buf[i + 9] << 16)
+                msgid = hdr[6] | (hdr[7] << 16)
                 info = table.get(msgid)
                 if info is None:
                     # Unknown id: cannot check the CRC, so do not trust the length either.
@@ -188,30 +224,43 @@ class Framer:
                     self._junk(1)
                     i += 1
                     continue
+                extra, unpack, unpack_from, size, light, mtype = info
                 body_end = i + 10 + mlen
                 crc = buf[body_end] | (buf[body_end + 1] << 8)
-                if _crc(bytes((info.crc_extra,)), _crc(buf[i + 1 : body_end])) != crc:
+                if _crc(extra, _crc(buf[i + 1 : body_end])) != crc:
                     stats.crc_errors += 1
                     self._junk(1)
                     i += 1
                     continue
-                self._synced, self._in_junk = True, False
+                if not self._synced or self._in_junk:
+                    self._synced, self._in_junk = True, False
                 if check is not None and not check(buf[i:end], msgid):
                     stats.unverified += 1
                     i = end
                     continue
-                light = info.light
                 if light is not None:
-                    payload = buf[i + 10 : body_end]
-                    if mlen < info.size:
-                        payload = payload + bytes(info.size - mlen)  # MAVLink 2 trims trailing zeros
-                    elif mlen > info.size:
-                        payload = payload[: info.size]
-                    hdr = LightHeader(msgid, incompat, buf[i + 3], mlen, buf[i + 4], buf[i + 5], buf[i + 6])
-                    out.append(light(hdr, crc, *info.unpack(payload)))
+                    if mlen >= size:  # longer: fields of a newer dialect, ignored as pymavlink does
+                        values = unpack_from(buf, i + 10)
+                    else:  # MAVLink 2 trims trailing zeros
+                        values = unpack(buf[i + 10 : body_end] + _ZEROS[size - mlen])
+                    msg = light(LightHeader(hdr), crc, values)
                 else:
-                    self._slow(buf[i:end], out)
+                    msg = self._slow(buf[i:end])
+                    i = end
+                    if msg is None:
+                        continue
+                    mtype = msg._type
                 i = end
+                out.append(msg)
+                by_type[mtype] = by_type.get(mtype, 0) + 1
+                key = hdr[4] << 8 | hdr[5]
+                prev = last_seq.get(key)
+                if prev is not None:
+                    gap = (hdr[3] - prev - 1) & 0xFF
+                    # A gap of 255 is a duplicate/reordered frame, not 255 losses.
+                    if 0 < gap < 128:
+                        gaps += gap
+                last_seq[key] = hdr[3]
             elif b0 == MAGIC_V1:
                 if n - i < 6:
                     break
@@ -226,7 +275,7 @@ class Framer:
                     continue
                 body_end = end - 2
                 crc = buf[body_end] | (buf[body_end + 1] << 8)
-                if _crc(bytes((info.crc_extra,)), _crc(buf[i + 1 : body_end])) != crc:
+                if _crc(info[0], _crc(buf[i + 1 : body_end])) != crc:
                     stats.crc_errors += 1
                     self._junk(1)
                     i += 1
@@ -236,8 +285,19 @@ class Framer:
                     stats.unverified += 1
                     i = end
                     continue
-                self._slow(buf[i:end], out)
+                seq, key = buf[i + 2], buf[i + 3] << 8 | buf[i + 4]
+                msg = self._slow(buf[i:end])
                 i = end
+                if msg is None:
+                    continue
+                out.append(msg)
+                by_type[msg._type] = by_type.get(msg._type, 0) + 1
+                prev = last_seq.get(key)
+                if prev is not None:
+                    gap = (seq - prev - 1) & 0xFF
+                    if 0 < gap < 128:
+                        gaps += gap
+                last_seq[key] = seq
             else:
                 # Skip to the next possible frame start in one step.
                 j1 = buf.find(b"\xfd", i)
@@ -249,6 +309,9 @@ class Framer:
         if len(self._buf) > 300:  # cannot be one frame: drop the junk
             self._junk(len(self._buf))
             self._buf = b""
+        if out:
+            stats.messages += len(out)
+            stats.seq_gaps += gaps
         return out
 
     def reset(self) -> None:
@@ -257,11 +320,10 @@ class Framer:
             self._junk(len(self._buf))
         self._buf = b""
 
-    def _slow(self, frame: bytes, out: list[Any]) -> None:
-        """pymavlink's decode() for messages with arrays or strings; a frame it refuses is skipped bytes."""
+    def _slow(self, frame: bytes) -> Any:
+        """pymavlink's decode() for messages with strings; a frame it refuses is skipped bytes (None)."""
         try:
-            msg = self._mav.decode(bytearray(frame))
+            return self._mav.decode(bytearray(frame))
         except Exception:
             self._junk(len(frame))
-            return
-        out.append(msg)
+            return None

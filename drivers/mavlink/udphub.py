@@ -66,7 +66,10 @@ class HubPort:
 class UdpHub:
     """Owns one UDP socket; `port_for(sysid)` gives each vehicle its HubPort."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, *, bound: socket.socket | None = None) -> None:
+        # `bound`: a socket already bound to the port (a `--workers` process's share of it,
+        # gateway/workers.py): the hub reads it instead of binding its own.
+        self._bound = bound
         if endpoint.scheme != "udp":
             raise ValueError("a shared port is a udp: (listen) endpoint")
         self.endpoint = endpoint
@@ -77,6 +80,11 @@ class UdpHub:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _open(self) -> socket.socket:
+        if self._sock is None and self._bound is not None:
+            self._bound.setblocking(False)
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._bound.fileno(), self._read_ready)
+            self._sock = self._bound
         if self._sock is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.setblocking(False)

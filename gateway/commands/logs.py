@@ -159,7 +159,7 @@ class LogDownloadService:
             _nc, js = await ctx.jetstream()
             try:
                 stored = await put_log(js, ctx.cfg.env, vehicle.vid, run.object.rsplit("/", 1)[-1], path,
-                                       log_id=run.log_id)
+                                       log_id=run.log_id, pacer=ctx.bulk)
             except BlobError as exc:
                 vehicle.emit(FAILED, log_id=run.log_id, bytes=run.written, reason=f"storing {run.object}: {exc}")
                 return

@@ -121,7 +121,7 @@ def test_compose_is_consistent() -> None:
     assert prov["entrypoint"] == ["mavjet", "provision"]
     pargs = provision_parser().parse_args(prov["command"])
     assert pargs.replicas == 3 and str(pargs.definitions) == "/opt/mavjet/share/jetstream"
-    assert len(load_definitions(ROOT / "deploy" / "jetstream", env="prod", replicas=3)) == 5
+    assert len(load_definitions(ROOT / "deploy" / "jetstream", env="prod", replicas=3)) == 7  # state, events, cmd, shadow, blobs, logs, tracks
     assert services["gateway"]["depends_on"]["provision"]["condition"] == "service_completed_successfully"
     margs = monitor_parser().parse_args(services["monitor"]["command"])
     assert margs.listen == "0.0.0.0:9464"

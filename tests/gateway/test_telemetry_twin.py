@@ -226,6 +226,10 @@ async def test_px4_flavour_and_a_crashing_vehicle_task(provisioned: Client, nats
                     boom["n"] += 1
                     raise RuntimeError("injected bug")
 
+                def update_many(self, msgs: list[object], recv_ns: int) -> None:  # the twin's batch entry
+                    for msg in msgs:
+                        self.update(msg, recv_ns)
+
             a.model = Broken(vid="VID-001")
             n_b = b.link.codec.stats.messages_in
             await wait_for(lambda: boom["n"] > 10 and b.link.codec.stats.messages_in > n_b + 10, 20)
