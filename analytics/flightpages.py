@@ -8,9 +8,10 @@ analytics.flightreport, which renders them without Spark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -21,6 +22,16 @@ from analytics.flightreport import PAGES_DIR, flight_file, flight_page
 LATEST = 10
 LATEST_WITH_FAILSAFE = 10
 PER_VID = 50
+
+
+class TrackSource(Protocol):
+    """Recorded positions (`vid, time, lat_deg, lon_deg, alt_m, battery_pct`) of some vehicles over a span.
+
+    `start_us`/`end_us`: epoch µs, start inclusive, end exclusive, None for open;
+    None back when there is nothing recorded (analytics.tracks.TrackReader).
+    """
+
+    def __call__(self, vids: Sequence[str], start_us: int | None, end_us: int | None) -> DataFrame | None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,18 +56,32 @@ def select_flights(flights: DataFrame, vids: tuple[str, ...] = ()) -> DataFrame:
 
 
 def collect_flights(
-    events: DataFrame, flights: DataFrame, vids: tuple[str, ...] = (), track: DataFrame | None = None
+    events: DataFrame, flights: DataFrame, vids: tuple[str, ...] = (), track: DataFrame | TrackSource | None = None
 ) -> list[FlightData]:
-    """The chosen flights' rows, samples and events; `track` is TWIN_TRACKS' samples (analytics.tracks), if any."""
+    """The chosen flights' rows, samples and events.
+
+    `track`: recorded positions (the flight recorder's TWIN_TRACKS), as a
+    DataFrame or as a TrackSource, which is asked for the chosen flights'
+    vehicles and span only (a fleet's 90 days of tracks are never read for
+    a few pages).
+    """
     keys = select_flights(flights, vids).collect()
     if not keys:
         return []
     pairs = [(r["vid"], int(r["flight_no"])) for r in keys]
     spark = events.sparkSession
     key_df = F.broadcast(spark.createDataFrame(pairs, "vid string, flight_no int"))
+    chosen_vids = sorted({v for v, _ in pairs})
     # flight_no is counted per vehicle, so keeping only these vehicles' events keeps it right
-    mine = events.where(F.col("vid").isin(*sorted({v for v, _ in pairs})))
-    rows = flights.join(key_df, ["vid", "flight_no"]).collect()
+    mine = events.where(F.col("vid").isin(*chosen_vids))
+    chosen = flights.join(key_df, ["vid", "flight_no"])
+    rows = chosen.collect()
+    if track is not None and not isinstance(track, DataFrame):
+        span = chosen.agg(F.min(F.unix_micros("start")).alias("lo"), F.max(F.unix_micros("end")).alias("hi"),
+                          F.count(F.when(F.col("end").isNull(), 1)).alias("open")).first()
+        assert span is not None  # an aggregate without groups has one row
+        # end exclusive: the disarm sample is timed at the disarmed event, the flight's end
+        track = track(chosen_vids, span["lo"], None if span["open"] or span["hi"] is None else span["hi"] + 1)
     samples: dict[tuple[str, int], list[dict[str, Any]]] = {p: [] for p in pairs}
     for s in fleet.flight_samples(mine, track).join(key_df, ["vid", "flight_no"]).collect():
         samples[(s["vid"], int(s["flight_no"]))].append(s.asDict())

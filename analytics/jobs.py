@@ -58,7 +58,14 @@ def add_flight_columns(events: DataFrame) -> DataFrame:
         "flight_no",
         F.sum(F.when(_t("armed") & ok, 1).otherwise(0)).over(order.rowsBetween(Window.unboundedPreceding, 0)),
     )
-    per_flight = Window.partitionBy("vid", "flight_no")
+    # Ordered, though min() needs no order: the rows then come out sorted by
+    # (vid, flight_no, time, seq), and a cache of them hands that order to
+    # every per-flight window downstream, which then skips its own sort.
+    per_flight = (
+        Window.partitionBy("vid", "flight_no")
+        .orderBy("time", "seq")
+        .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    )
     ev = ev.withColumn("_disarm_time", F.min(F.when(_t("disarmed") & ok, F.col("time"))).over(per_flight))
     return ev.withColumn(
         "in_flight",

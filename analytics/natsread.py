@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,33 @@ class StreamBounds:
 
 async def _quiet(_: Exception) -> None:
     return None
+
+
+_SPACE = re.compile(r"\s")
+
+
+def _header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's `Client._parse_header_lines`, with the same result, about 3x faster.
+
+    Every stored event carries a header (its Nats-Msg-Id), and nats-py checks
+    each header name character by character in a generator: about a tenth
+    of a read's CPU (2.3 of ~23 µs an event). `\\s` matches exactly what str.isspace() accepts.
+    """
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if _SPACE.search(key):
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out
 
 
 async def connect(opts: SourceOptions) -> Client:
@@ -160,6 +188,9 @@ class RangeReader:
             self.done = True
             return
         self._nc = await connect(self.opts)
+        if hasattr(self._nc, "_parse_header_lines"):
+            # an instance attribute shadows the static method for this connection only
+            setattr(self._nc, "_parse_header_lines", _header_lines)  # noqa: B010
         js = self._nc.jetstream()
         cfg = api.ConsumerConfig(
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analytics.options import format_time_us, parse_time_us
-from analytics.progress import LineProgress, Progress, QuietProgress
+from analytics.progress import LineProgress, Progress, QuietProgress, SparkTicker
 from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
 from gateway.contract.errors import ConfigError, MavjetError
 from gateway.contract.subjects import EVENTS_STREAM, check_token, event_filter
@@ -128,16 +128,19 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
     try:
         t0 = time.perf_counter()
         prog.stage("reading events from NATS")
-        n_events = events.count()
-        t0 = timings.mark("read", t0)
-        prog.done("read", timings.steps["read"], f"{n_events:,} events")
+        # One action reads, caches and counts: every Spark action costs ~1 s
+        # of planning and scheduling on a laptop, whatever the data.
         counts = events.agg(
+            F.count("*").alias("events"),
             F.count(F.when(F.col("error").isNotNull(), 1)).alias("errors"),
             F.countDistinct("vid").alias("vehicles"),
             F.min("time").alias("first"),
             F.max("time").alias("last"),
         ).first()
         assert counts is not None  # an aggregate without groups has one row
+        n_events = int(counts["events"])
+        t0 = timings.mark("read", t0)
+        prog.done("read", timings.steps["read"], f"{n_events:,} events")
         summary: dict[str, Any] = {
             "events": n_events,
             "error_rows": counts["errors"],
@@ -160,18 +163,22 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             prog.stage("flights")
             fl = keep(jobs.flights(events))
             write(fl, "flights")
-            n_fl = fl.agg(F.count("*").alias("n"), F.count(F.when(F.col("complete"), 1)).alias("done")).first()
-            assert n_fl is not None  # an aggregate without groups has one row
-            summary["flights"], summary["flights_complete"] = n_fl["n"], n_fl["done"]
-            per_vid = fl.groupBy("vid").count().orderBy(F.desc("count"), "vid").limit(30).collect()
-            rd.flights_per_vehicle = [(r["vid"], float(r["count"])) for r in per_vid]
+            # one row per vehicle (thousands at most): totals and the top 30 from one action
+            per_vid = fl.groupBy("vid").agg(
+                F.count("*").alias("n"), F.count(F.when(F.col("complete"), 1)).alias("done")
+            ).collect()
+            summary["flights"] = sum(int(r["n"]) for r in per_vid)
+            summary["flights_complete"] = sum(int(r["done"]) for r in per_vid)
+            top_vids = sorted(per_vid, key=lambda r: (-int(r["n"]), r["vid"]))[:30]
+            rd.flights_per_vehicle = [(r["vid"], float(r["n"])) for r in top_vids]
             t0 = timings.mark("flights", t0)
             prog.done("flights", timings.steps["flights"], f"{summary['flights']:,} flights")
 
         if "commands" in cfg.jobs:
             prog.stage("commands and their effects")
             write(jobs.commands(events), "commands")
-            lat = jobs.command_latency(events).orderBy("name")
+            # written and collected: cached so it is computed once
+            lat = keep(jobs.command_latency(events).orderBy("name"))
             write(lat.coalesce(1), "command_latency")
             rd.command_rows = [r.asDict() for r in lat.collect()]
             summary["cmd_results"] = sum(int(r["count"]) for r in rd.command_rows)
@@ -182,7 +189,7 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             prog.done("commands", timings.steps["commands"], f"{summary['cmd_results']:,} results")
 
         if fl is not None and chains is not None:
-            kpis = fleet.fleet_kpis(fl, chains)
+            kpis = keep(fleet.fleet_kpis(fl, chains))
             write(kpis.coalesce(1), "kpis")
             row = kpis.first()
             rd.kpis = row.asDict() if row is not None else {}
@@ -193,27 +200,25 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             prog.stage("failsafes")
             fse = jobs.failsafe_events(events).persist()
             write(fse, "failsafe_events")
-            write(jobs.failsafe_counts(fse), "failsafes")
-            summary["failsafes"] = fse.count()
-            per_day = (
-                fse.groupBy(F.date_format("time", "yyyy-MM-dd").alias("day"), "failsafe_type")
-                .count()
-                .orderBy("day")
-                .collect()
-            )
-            days = sorted({r["day"] for r in per_day})
+            # per (day, vehicle, type): small, and the report's figures all follow from it (one action)
+            fsc = keep(jobs.failsafe_counts(fse))
+            write(fsc, "failsafes")
+            fs_rows = fsc.select("day", "vid", "failsafe_type", "count").collect()
+            summary["failsafes"] = sum(int(r["count"]) for r in fs_rows)
+            days = sorted({r["day"].isoformat() for r in fs_rows})
+            day_index = {d: i for i, d in enumerate(days)}
             series: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(days))
-            for r in per_day:
-                series[r["failsafe_type"]][days.index(r["day"])] = float(r["count"])
+            fs_per_vid: dict[str, int] = defaultdict(int)
+            vid_types: dict[str, set[str]] = defaultdict(set)
+            for r in fs_rows:
+                series[r["failsafe_type"]][day_index[r["day"].isoformat()]] += float(r["count"])
+                fs_per_vid[r["vid"]] += int(r["count"])
+                vid_types[r["vid"]].add(r["failsafe_type"])
             rd.failsafe_days, rd.failsafe_series = days, dict(sorted(series.items()))
-            top = (
-                fse.groupBy("vid")
-                .agg(F.count("*").alias("failsafes"), F.concat_ws(", ", F.array_sort(F.collect_set("failsafe_type"))).alias("types"))
-                .orderBy(F.desc("failsafes"), "vid")
-                .limit(15)
-                .collect()
-            )
-            rd.top_failsafe_vehicles = [r.asDict() for r in top]
+            rd.top_failsafe_vehicles = [
+                {"vid": v, "failsafes": n, "types": ", ".join(sorted(vid_types[v]))}
+                for v, n in sorted(fs_per_vid.items(), key=lambda kv: (-kv[1], kv[0]))[:15]
+            ]
             fse.unpersist()
             t0 = timings.mark("failsafes", t0)
             prog.done("failsafes", timings.steps["failsafes"], f"{summary['failsafes']:,} failsafes")
@@ -232,9 +237,12 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
 
         if fl is not None and cfg.report and out_local is not None:
             from analytics.flightpages import collect_flights, write_pages
+            from analytics.tracks import TrackReader
 
             prog.stage("flight pages")
-            rd.flight_links = write_pages(out_local, collect_flights(events, fl, cfg.vids))
+            # the flight recorder's samples (TWIN_TRACKS) of the flights that get a page, when the server has any
+            track = TrackReader(spark, cfg.source_options(), cfg.env)
+            rd.flight_links = write_pages(out_local, collect_flights(events, fl, cfg.vids, track))
             summary["flight_pages"] = len(rd.flight_links)
             t0 = timings.mark("flight_pages", t0)
             prog.done("flight pages", timings.steps["flight_pages"], f"{len(rd.flight_links)} pages")
@@ -359,7 +367,8 @@ def main(argv: list[str]) -> int:
     spark = get_spark(cfg.master, driver_memory=cfg.driver_memory)
     progress.done("Spark start", time.perf_counter() - t0)
     try:
-        summary = run_replay(spark, cfg, progress)
+        with SparkTicker(spark, progress.tick):
+            summary = run_replay(spark, cfg, progress)
     except MavjetError as exc:
         print(f"mavjet replay: {exc}", file=sys.stderr)
         return 1

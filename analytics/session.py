@@ -1,6 +1,6 @@
 """Building the SparkSession the jobs run in: loopback-bound, UI off, source registered.
 
-Starting Spark costs ~4.5 s here (PERFORMANCE.md), so one session is built per
+Starting Spark takes 7-20 s on a shared 2-core machine, so one session is built per
 process and shared by every job. The same code runs on `local[*]` and on a
 standalone cluster (`spark://host:7077`): the only difference is `master`.
 """
@@ -19,6 +19,10 @@ LOOPBACK = "127.0.0.1"
 # cached events and every task's working set. Spark's own default (1g) runs
 # out of heap caching ~10M events; -Xmx only caps the heap, it reserves nothing.
 DEFAULT_DRIVER_MEMORY = "4g"
+# C1 only: on a 2-core laptop the C2 JIT compiler threads were the largest
+# CPU consumer of a replay (35 of 75 JVM CPU-seconds at 200k events), while
+# the jobs run too briefly for C2's faster code to pay that back.
+DEFAULT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 _MEMORY = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 
 
@@ -35,15 +39,18 @@ def spark_conf(
     bind_host: str = LOOPBACK,
     shuffle_partitions: int = 8,
     driver_memory: str = DEFAULT_DRIVER_MEMORY,
+    jvm_options: str = DEFAULT_JVM_OPTIONS,
 ) -> dict[str, str]:
     """The configuration the jobs need. Pure, so it can be checked without Spark.
 
     `spark.driver.memory` only takes effect when this process starts the JVM
-    (the first session); a session that already exists keeps its heap.
+    (the first session); a session that already exists keeps its heap. So do
+    `jvm_options` (`spark.driver.extraJavaOptions`).
     """
     return {
         "spark.master": master,
         "spark.driver.memory": check_memory("driver_memory", driver_memory),
+        "spark.driver.extraJavaOptions": jvm_options,
         "spark.driver.host": bind_host,
         "spark.driver.bindAddress": bind_host,
         "spark.ui.enabled": "false",

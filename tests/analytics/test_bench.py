@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks import replay as bench
 from gateway.ops.natsserver import NatsServer
 
 
+# the end-to-end stage starts `mavjet replay` in a process of its own: a second JVM
+@pytest.mark.timeout(300)
 def test_bench_reports_each_stage_and_reads_every_event(spark: Any, tmp_path: Path) -> None:
     seen: list[tuple[str, bool, str]] = []
 
@@ -28,4 +32,7 @@ def test_bench_reports_each_stage_and_reads_every_event(spark: Any, tmp_path: Pa
     assert res["replay_events"] == n and res["read_partitions"] == 2
     assert res["source_events_per_s"] > 0 and res["ratio_source_to_decode_ceiling"] > 0
     assert "3,000" in seen[0][2] and "2 partitions" in seen[3][2]
+    # end to end = the replay process's whole life: its Spark start and its jobs
+    assert res["end_to_end_s"] > res["replay_s"] > 0 and res["replay_start_s"] > 0
+    assert "end to end" in seen[4][2] and "3,000 events" in seen[4][2]
     assert spark.range(3).count() == 3  # a session passed in is left running

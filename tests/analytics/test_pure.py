@@ -154,3 +154,18 @@ def test_typed_only_decoding_leaves_data_null_and_the_rest_equal() -> None:
     assert SourceOptions.from_options({"data": "false"}).data is False and SourceOptions.from_options({}).data
     with pytest.raises(ConfigError):
         SourceOptions.from_options({"data": "maybe"})
+
+
+def test_reader_header_parser_gives_what_nats_py_gives() -> None:
+    from nats.aio.client import Client
+
+    from analytics.natsread import _header_lines
+
+    cases = [
+        b"Nats-Msg-Id: VID-0001:evt:1749945600000000000\r\n\r\n",
+        b"A: b\r\nBad Key: x\r\nC:\td \r\n\xff: y\r\nD: \xff\xfe\r\n",  # space in a name, non-ASCII name and value
+        b"", b"no colon\r\nK:v", b"K\x1c: v\r\n", b" Padded : v \r\n", b"K: a: b\r\nK: again\r\n",
+    ]
+    parsed = [_header_lines(raw) for raw in cases]
+    assert parsed == [Client._parse_header_lines(raw) for raw in cases]
+    assert parsed[0] == {"Nats-Msg-Id": "VID-0001:evt:1749945600000000000"} and parsed[4] == {}

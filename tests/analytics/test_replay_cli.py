@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from analytics.progress import SparkTicker
 from analytics.replay import LineProgress, error_line
 from gateway.ops.natsserver import free_port
 
@@ -38,6 +40,28 @@ def test_stage_lines() -> None:
         "mavjet replay: reading events from NATS ...",
         "mavjet replay: read done in 29.9 s: 1,000,000 events",
     ]
+
+
+def test_a_long_stage_reports_its_tasks_while_it_runs(spark: Any) -> None:
+    buf = io.StringIO()
+    p = LineProgress(buf)
+    p.stage("reading events from NATS")
+
+    def slow(x: int) -> int:
+        import time as t
+
+        t.sleep(0.4)
+        return x
+
+    with SparkTicker(spark, p.tick, every_s=0.1):
+        assert sorted(spark.sparkContext.parallelize(range(6), 6).map(slow).collect()) == list(range(6))
+    ticks = buf.getvalue().splitlines()[1:]
+    assert ticks, "no progress line while the job ran"
+    assert all(t.startswith("mavjet replay: reading events from NATS: ") for t in ticks)
+    assert any("/6 tasks of the running Spark stages" in t for t in ticks)
+    n = len(buf.getvalue().splitlines())
+    time.sleep(0.3)
+    assert len(buf.getvalue().splitlines()) == n  # the ticker stopped with the block
 
 
 def test_error_line_digs_the_source_error_out_of_a_spark_trace() -> None:
