@@ -128,9 +128,9 @@ class LinkProxy:
             b.close()
         for t in list(self._tasks):
             t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await t
+        # gather, not `suppress(BaseException)` around each await: the tasks' own cancellation and errors are
+        # expected here, but a cancellation of close() itself must still propagate.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
@@ -232,6 +232,7 @@ class LinkProxy:
             await task
         finally:
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            dst.close()
+            try:
+                await asyncio.gather(task, return_exceptions=True)  # our own cancellation still propagates
+            finally:
+                dst.close()

@@ -173,7 +173,8 @@ class _FilteredConsumer:
         try:
             info = await self.js.add_consumer(LOGS_STREAM, config=config)
         except BaseException:
-            await self.stop()
+            with anyio.CancelScope(shield=True):  # the inbox subscription goes even when we are being cancelled
+                await self.stop()
             raise
         self.pending = int(info.num_pending or 0)
 

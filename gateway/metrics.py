@@ -71,6 +71,16 @@ def _dist_version(name: str) -> str:
         return "unknown"
 
 
+def serve_registry(registry: CollectorRegistry, host: str, port: int) -> int:
+    """Serve `registry` as /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigError("metrics.port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound: int = server.server_address[1]
+    return bound
+
+
 class _LinkCollector(Collector):
     def __init__(self, sessions: Callable[[], Iterable[Session]]) -> None:
         self._sessions = sessions
@@ -213,12 +223,7 @@ class GatewayMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
-        try:
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:
-            raise ConfigError("metrics.port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        bound: int = server.server_address[1]
-        return bound
+        return serve_registry(self.registry, host, port)
 
 
 # -- `--workers`: one /metrics for the supervisor and its workers ----------------------------------------------------
@@ -297,9 +302,4 @@ class WorkersMetrics:
         self.registry.register(_WorkersCollector(status, scrape_timeout_s))
 
     def serve(self, host: str, port: int) -> int:
-        try:
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:
-            raise ConfigError("metrics.port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        bound: int = server.server_address[1]
-        return bound
+        return serve_registry(self.registry, host, port)

@@ -26,10 +26,14 @@ counts nothing: it is off.
 
 `UplinkShaper` is sans-IO (the caller passes the time in); `UplinkMonitor`
 is the small async loop that probes a live connection.
+
+Length: about 400 lines: the estimator, the policy and the probe loop share one
+model of the byte stream; the policy stays sans-IO and is unit-tested alone.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -65,10 +69,11 @@ class UplinkConfig:
     bulk_max_wait_s: float = 30.0  # a held chunk goes after this long anyway: bulk is last, never starved
 
     def __post_init__(self) -> None:
-        for name in ("probe_interval_s", "target_delay_s", "recover_s", "decimate_hz", "bulk_chunk_s",
-                     "bulk_max_wait_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"uplink.{name}", "must be > 0")
+        for name in ("probe_interval_s", "target_delay_s", "newest_only_delay_s", "recover_s", "decimate_hz",
+                     "state_share", "bulk_chunk_s", "bulk_max_wait_s"):
+            # nan passes a plain `<= 0` test and would turn the probe loop into a busy loop
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"uplink.{name}", f"must be a finite number > 0, got {getattr(self, name)!r}")
         if self.newest_only_delay_s < self.target_delay_s:
             raise ConfigError("uplink.newest_only_delay_s", "must be >= uplink.target_delay_s")
         if not 0 < self.state_share <= 1:
@@ -90,7 +95,6 @@ class BulkPacer(Protocol):
 
     def bulk_chunk_bytes(self, default: int, previous: int) -> int:
         """The next chunk's size, given the previous one's (0 for the first)."""
-
 
     async def before_bulk(self, nbytes: int) -> None: ...
 
@@ -347,10 +351,6 @@ class UplinkShaper:
 
 class UplinkMonitor(UplinkShaper):
     """The shaper with its probe loop on a live nats-py connection, and the async bulk gate."""
-
-    def __init__(self, cfg: UplinkConfig, *, higher_pending: Callable[[], bool] = lambda: False,
-                 metrics: UplinkMetrics | None = None) -> None:
-        super().__init__(cfg, higher_pending=higher_pending, metrics=metrics)
 
     async def run(self, connection: Callable[[], Client | None]) -> None:
         """Probe forever: one PING at a time through the connection's write queue."""

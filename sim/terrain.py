@@ -30,8 +30,8 @@ What this module reproduces:
   vehicle, and every mission/rally point looked up; applied by the model only
   when the mission holds terrain-frame items.
 
-Simplifications: the cache is unbounded (ArduPilot keeps 12 blocks in RAM
-and swaps to disk); a preloaded block is flat at the vehicle's ground height.
+Simplifications: the cache holds up to `MAX_BLOCKS` blocks, the oldest looked-up
+first out (ArduPilot keeps 12 blocks in RAM and swaps to disk); a preloaded block is flat at the vehicle's ground height.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ BLOCK_SPACING_X: Final = (MUL_X - 1) * MAVLINK_SIZE  # 24: one row of overlap be
 BLOCK_SPACING_Y: Final = (MUL_Y - 1) * MAVLINK_SIZE  # 28
 REQUEST_GAP_S: Final = 2.0  # AP_Terrain::send_request: "too soon to request again"
 MISSION_OFFSET_SPACINGS: Final = 10  # points checked around a waypoint, in grid spacings
+MAX_BLOCKS: Final = 1024  # the cache bound (a block is ~1.8 x 2.5 km at 100 m spacing: far more than one flight)
 _SCALE: Final = 0.011131884502145034  # metres per 1e-7 degree of latitude (LOCATION_SCALING_FACTOR)
 NAV_POINTS: Final = frozenset({mavlink2.MAV_CMD_NAV_WAYPOINT, mavlink2.MAV_CMD_NAV_SPLINE_WAYPOINT})
 
@@ -115,6 +116,8 @@ class TerrainServer:
     def _block(self, corner: Block) -> _Block:
         b = self.blocks.get(corner)
         if b is None:
+            if len(self.blocks) >= MAX_BLOCKS:  # a long flight or a stream of TERRAIN_CHECKs: oldest first out
+                del self.blocks[next(iter(self.blocks))]
             b = self.blocks[corner] = _Block()
         return b
 

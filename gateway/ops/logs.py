@@ -40,10 +40,11 @@ from gateway.contract import natsconn
 from gateway.contract.envelope import unpack
 from gateway.contract.subjects import event_subject
 from gateway.ops import console
-from gateway.ops.client import CommandClient
+from gateway.ops.client import CommandClient, ResultTimeout
 from gateway.ops.runner import duration, run_cli
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 4
+START_WAIT_S = 60.0  # `logs get`: for the download's start (its accepted result), and that command's deadline
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,7 +110,11 @@ async def ls(args: argparse.Namespace) -> int:
         if args.stored:
             return _print_stored(records, as_json=args.json)
         async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
-            res = await client.call(args.vid, "log_list", {}, timeout_s=args.timeout)
+            # The deadline is the wait: a command nobody waits for any more is not started later.
+            res = await client.call(args.vid, "log_list", {}, deadline_s=args.timeout, timeout_s=args.timeout)
+    except ResultTimeout as exc:
+        print(f"mavjet logs: {exc} (is a gateway serving {args.vid}?)", file=sys.stderr)
+        return EXIT_TIMEOUT
     finally:
         await nc.close()
     if not res.accepted:
@@ -171,7 +176,8 @@ async def _follow(nc: Client, args: argparse.Namespace, bar: Bar) -> dict[str, A
     sub = await nc.subscribe(event_subject(args.env, args.vid, ">"), cb=on_msg)
     try:
         async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
-            res = await client.call(args.vid, "log_download", {"log": args.log}, timeout_s=60)
+            res = await client.call(args.vid, "log_download", {"log": args.log}, deadline_s=START_WAIT_S,
+                                    timeout_s=START_WAIT_S)
         if not res.accepted:
             print(f"mavjet logs: log_download {res.result}: {res.detail}", file=sys.stderr)
             return None
@@ -195,7 +201,11 @@ async def get(args: argparse.Namespace) -> int:
     bar = Bar(f"log {args.log} of {args.vid}", quiet=args.quiet or args.json)
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-logs"))
     try:
-        out = await _follow(nc, args, bar)
+        try:
+            out = await _follow(nc, args, bar)
+        except ResultTimeout as exc:
+            print(f"mavjet logs: {exc} (is a gateway serving {args.vid}?)", file=sys.stderr)
+            return EXIT_TIMEOUT
         if out is None:
             return EXIT_FAILED
         if out["event"] != "log_downloaded":

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from nats.aio.client import Client
 
+from gateway.contract.commands import decode_command
 from gateway.ops.natsserver import NatsServer
-from tests.commands.test_log_download import VID, with_logs
-from tests.support.commands import command_rig, ready_to_fly
+from tests.commands.test_log_download import VID, mavjet_logs, with_logs
+from tests.support.commands import ENV, command_rig, ready_to_fly
 from tests.support.wait import wait_for
 
 
@@ -44,3 +46,17 @@ async def test_refused_while_armed(provisioned: Client, nats_server: NatsServer,
         await wait_for(lambda: rig.gw.twins[VID].model.armed is True, timeout_s=10)
         r = await rig.call(VID, "log_list")
         assert r.result == "rejected" and "disarmed" in r.detail and "armed" in r.detail, r
+
+
+async def test_cli_without_a_gateway_times_out_with_one_line(provisioned: Client, nats_server: NatsServer) -> None:
+    """Nobody serves the vehicle: `logs ls` gives up after --timeout (exit 4, one line), and its command carries
+    that deadline, so a gateway that comes up later does not run what nobody waits for."""
+    got = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID, "--timeout", "1s")
+    assert got.returncode == 4, got.stderr
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is a gateway serving" in lines[0], got.stderr
+    assert "Traceback" not in got.stderr
+    js = provisioned.jetstream()
+    msg = await js.get_last_msg("TWIN_CMD", f"fleet.{ENV}.veh.{VID}.cmd.log_list")
+    cmd = decode_command("log_list", msg.data, max_payload_bytes=1 << 20)
+    assert cmd.deadline_ns is not None and 0 < cmd.deadline_ns - cmd.issued_ns <= 2_000_000_000

@@ -61,7 +61,19 @@ CASES: dict[str, tuple[Callable[[Path, list[socket.socket]], list[str]], str]] =
     "invalid nats url (no host)": (lambda p, _: ["--nats", "nats://:4222"], "nats.servers"),
     "creds file missing": (lambda p, _: ["--creds", str(p / "missing.creds")], "nats.creds"),
     "same vid twice": (lambda p, _: ["--vehicle", "VID-001=tcp:127.0.0.1:2"], "--vehicle"),
+    "workers out of range": (lambda p, _: ["--workers", "0"], "workers"),
+    "track rate not a number": (lambda p, _: ["--track-hz", "nan"], "track_hz"),
+    "uplink probe interval nan": (lambda p, _: _config(p, "[uplink]\nprobe_interval_s = nan\n"),
+                                  "uplink.probe_interval_s"),
+    "uplink value not a number": (lambda p, _: _config(p, '[uplink]\ntarget_delay_s = "x"\n'),
+                                  "uplink.target_delay_s"),
 }
+
+
+def _config(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    return ["--config", str(path)]
 
 
 

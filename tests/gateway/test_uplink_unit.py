@@ -161,7 +161,8 @@ def test_disabled_never_shapes() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"target_delay_s": 0}, {"state_share": 1.5}, {"newest_only_delay_s": 0.1},
-                                {"bulk_min_chunk_bytes": 10}])
+                                {"bulk_min_chunk_bytes": 10}, {"probe_interval_s": float("nan")},
+                                {"newest_only_delay_s": float("nan")}, {"decimate_hz": float("inf")}])
 def test_bad_knobs_are_config_errors(kw: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         UplinkConfig(**kw)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+import structlog
 from nats.aio.client import Client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,7 +27,7 @@ from gateway.metrics import GatewayMetrics, merge_worker_metrics
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.read import current_state
-from gateway.workers import RestartPolicy, bind_shared, owner, shared_ports, slices
+from gateway.workers import RestartPolicy, bind_shared, owner, shared_ports, slices, worker_setup
 from sim.fleet import SimConfig, SimFleet
 from tests.gateway.test_shared_udp_port import UdpVehicle
 from tests.support import ENV, collect_events, wait_for_async
@@ -57,6 +58,22 @@ def test_workers_resolve_flag_over_env_over_file() -> None:
         resolve_config(raw, flags={"workers": 0}, environ={})
     with pytest.raises(ConfigError, match="workers"):
         resolve_config({**raw, "workers": "3"}, flags={}, environ={})
+
+
+def test_a_worker_keeps_the_routes_of_its_vehicles_only(tmp_path: Path) -> None:
+    one = {"state_dir": str(tmp_path), "vehicles": [{"vid": "A", "endpoint": "tcp:127.0.0.1:5760"}],
+           "routes": ["udp:127.0.0.1:14551"]}  # one vehicle: the route names none
+    cfg = resolve_config(one, flags={"workers": 2}, environ={})
+    mine, _ = worker_setup(cfg, f"{owner('A', 2)}/2", {})
+    assert [str(r.endpoint) for r in mine.routes] == ["udp:127.0.0.1:14551"] and mine.workers == 1
+    two = {"state_dir": str(tmp_path), "vehicles": [{"vid": v, "endpoint": f"tcp:127.0.0.1:{5760 + i}"}
+                                                    for i, v in enumerate(("A", "B", "C", "D"))],
+           "routes": [{"endpoint": f"udp:127.0.0.1:{14551 + i}", "vid": v} for i, v in enumerate("ABCD")]}
+    cfg = resolve_config(two, flags={"workers": 2}, environ={})
+    kept = [r.vid for i in range(2) if any(owner(v, 2) == i for v in "ABCD")
+            for r in worker_setup(cfg, f"{i}/2", {})[0].routes]
+    assert sorted(kept) == ["A", "B", "C", "D"]  # each route in exactly one worker
+    structlog.contextvars.unbind_contextvars("worker")  # worker_setup tags this process's logs
 
 
 def test_restart_policy_backs_off_and_gives_up_on_a_crash_loop() -> None:

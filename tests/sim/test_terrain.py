@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from pymavlink.dialects.v20 import ardupilotmega as M
 
 from sim.fleet import SimFleet
-from sim.terrain import FULL_MASK, TerrainServer, grid_of
+from sim.terrain import FULL_MASK, MAX_BLOCKS, TerrainServer, grid_of
 from tests.sim.test_missions import item, upload
 from tests.support.sim import MavClient, ready, running
 
@@ -22,6 +22,18 @@ ARM = M.MAV_CMD_COMPONENT_ARM_DISARM
 GUIDED = 4
 SET_INTERVAL = M.MAV_CMD_SET_MESSAGE_INTERVAL
 HOME_E7 = (-353632611, 1491652300)  # the recording's home
+
+
+def test_the_cache_is_bounded_oldest_block_out() -> None:
+    # A stream of TERRAIN_CHECKs for distinct places (or a long flight) must not grow the sim without bound.
+    t = TerrainServer()
+    lat, lon = HOME_E7
+    first = grid_of(lat, lon)
+    for i in range(MAX_BLOCKS + 50):
+        t.height(lat + i * 300_000, lon)  # 0.03 degrees apart: a new block each time
+    assert len(t.blocks) == MAX_BLOCKS
+    assert first not in t.blocks
+    assert grid_of(lat + (MAX_BLOCKS + 49) * 300_000, lon) in t.blocks
 
 
 def test_block_corner_is_the_one_a_real_arducopter_requested() -> None:
