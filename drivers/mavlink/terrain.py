@@ -72,7 +72,10 @@ class TerrainReport:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TerrainCheckConfig:
     interval_s: float = 0.5  # between rounds of TERRAIN_CHECK for the points not yet healthy
-    rounds: int = 6  # rounds before the answer is believed (a grid read from disk takes a round or two)
+    rounds: int = 6  # times each point is asked before its answer is believed (a disk read takes a round or two)
+    # TERRAIN_CHECKs sent per round: a plan with hundreds of terrain items is asked in slices rather than
+    # in one burst that floods a radio link (and the vehicle's reply queue).
+    max_checks_per_round: int = 32
 
 
 DEFAULT_TERRAIN_CHECK = TerrainCheckConfig()
@@ -100,6 +103,7 @@ class TerrainCheck:
     config: TerrainCheckConfig = DEFAULT_TERRAIN_CHECK
     reports: dict[Point, TerrainReport] = field(default_factory=dict)
     rounds_sent: int = 0
+    asked: dict[Point, int] = field(default_factory=dict)  # TERRAIN_CHECKs sent per point
     next_deadline: float | None = None
     finished: bool = False
 
@@ -112,10 +116,15 @@ class TerrainCheck:
         return r is not None and r.healthy
 
     def _round(self, now: float) -> list[MavMessage]:
-        todo = [p for p in self.points if not self._healthy(p)]
-        if not todo or self.rounds_sent >= self.config.rounds:
+        todo = [p for p in self.points if not self._healthy(p) and self.asked.get(p, 0) < self.config.rounds]
+        if not todo:
             self.finished, self.next_deadline = True, None
             return []
+        # The least-asked points first (stable: plan order among equals), at most a slice per round.
+        todo.sort(key=lambda p: self.asked.get(p, 0))
+        todo = todo[: max(1, self.config.max_checks_per_round)]
+        for p in todo:
+            self.asked[p] = self.asked.get(p, 0) + 1
         self.rounds_sent += 1
         self.next_deadline = now + self.config.interval_s
         return [mavlink2.MAVLink_terrain_check_message(lat, lon) for lat, lon in todo]

@@ -77,3 +77,18 @@ def test_refusals_name_the_item_and_why() -> None:
         "(terrain disabled or unsupported)"
     ]
     assert terrain_refusals(items[:2], {A: reports[A]}) == []
+
+
+def test_a_large_plan_is_asked_in_slices_and_every_point_its_rounds() -> None:
+    points = [(k, k) for k in range(1, 101)]
+    m = TerrainCheck(points=points, target_system=1,
+                     config=TerrainCheckConfig(interval_s=0.5, rounds=2, max_checks_per_round=32))
+    bursts = [len(m.start(0.0))]
+    t = 0.0
+    for _ in range(20):
+        t += 0.5
+        bursts.append(len(m.on_tick(t)))
+        if m.done:
+            break
+    assert m.done and max(bursts) == 32  # never more than a slice at once
+    assert sum(bursts) == 200 and set(m.asked.values()) == {2}  # yet each point asked its 2 rounds
