@@ -34,6 +34,7 @@ from gateway.config import GatewayConfig, load_toml, resolve_config
 from gateway.contract import natsconn
 from gateway.contract.errors import ConfigError, MavjetError
 from gateway.contract.redact import redact
+from gateway.layout import check_layout
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.recorder import TrackRecorder
@@ -358,6 +359,8 @@ def main(argv: list[str]) -> int:
 
             cfg, hub_sockets = worker_setup(cfg, args.worker_slot, os.environ)
         preflight(cfg)
+        if args.worker_slot is None:  # a change of --workers must not strand spooled events or commands
+            check_layout(cfg.state_dir, cfg.workers)
     except MavjetError as exc:
         print(redact(f"mavjet gateway: {exc}"), file=sys.stderr)
         return 2
