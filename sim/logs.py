@@ -115,6 +115,8 @@ class LogServer:
         return warn
 
     def on_request_list(self, msg: Any) -> list[Any]:
+        if self._transfer is not None:  # AP_Logger: one transfer at a time; a list meanwhile gets only this text
+            return [mavlink2.MAVLink_statustext_message(mavlink2.MAV_SEVERITY_INFO, b"Log download in progress")]
         if not self.logs:
             return [mavlink2.MAVLink_log_entry_message(0, 0, 0, 0, 0)]
         last = max(lg.log_id for lg in self.logs)

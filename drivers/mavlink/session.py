@@ -218,6 +218,11 @@ class Session(Protocol):
     # -- flight logs --------------------------------------------------------
     async def list_logs(self, *, config: LogConfig = DEFAULT_LOG_CONFIG) -> list[LogEntry]: ...
 
+    @property
+    def log_download_active(self) -> bool:
+        """A `download_log` is running: ArduPilot serves one log transfer at a time and ignores a list meanwhile."""
+        ...
+
     async def terrain_reports(
         self, points: Sequence[Point], *, config: TerrainCheckConfig = DEFAULT_TERRAIN_CHECK
     ) -> dict[Point, TerrainReport]: ...
@@ -241,6 +246,7 @@ class VehicleSession:
         self._protocols = protocols
         self._flight_state = flight_state
         self._transfer_lock = anyio.Lock()
+        self._log_downloads = 0  # running download_log calls (log_download_active)
 
     @property
     def transfer_lock(self) -> anyio.Lock:
@@ -505,6 +511,10 @@ class VehicleSession:
         return machine.reports
 
     # -- flight logs (the transfer lock is held per window, never for a whole log) --
+    @property
+    def log_download_active(self) -> bool:
+        return self._log_downloads > 0
+
     async def list_logs(self, *, config: LogConfig = DEFAULT_LOG_CONFIG) -> list[LogEntry]:
         """Every log the autopilot holds (LOG_REQUEST_LIST); raises LogTimeout."""
         machine = LogList(target_system=runner.target_system_of(self.link),
@@ -527,6 +537,7 @@ class VehicleSession:
         is where a later call resumes; everything before it reached `sink`.
         """
         sysid, compid = runner.target_system_of(self.link), self.target_component
+        self._log_downloads += 1
         try:
             while offset < size_bytes:
                 window = LogWindow(log_id=log_id, offset=offset, count=min(config.window_bytes, size_bytes - offset),
@@ -542,6 +553,7 @@ class VehicleSession:
                 if window.eof_offset is not None and offset >= window.eof_offset:
                     break  # shorter than its LOG_ENTRY said
         finally:
+            self._log_downloads -= 1
             if self.link.is_up:
                 with anyio.CancelScope(shield=True):
                     try:

@@ -34,6 +34,9 @@ def log_list_failure(cmd: Command, state: LiveState) -> str | None:
 
 
 async def log_list(cmd: Command, ctx: ActionContext) -> Outcome:
+    if ctx.vehicle.session.log_download_active:  # the vehicle would not answer: refuse now, not after a timeout
+        return Outcome(result=CmdResult.REJECTED, detail="a log download from this vehicle is running; list its "
+                       "logs when it has ended (the autopilot serves one log transfer at a time)")
     entries = await ctx.vehicle.session.list_logs()
     rows = [entry_row(ctx.vehicle.vid, e) for e in entries][-MAX_ENTRIES:]
     total_bytes = sum(e.size_bytes for e in entries)

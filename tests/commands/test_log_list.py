@@ -7,8 +7,10 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from drivers.mavlink.dialect import mavlink2
 from gateway.contract.commands import decode_command
 from gateway.ops.natsserver import NatsServer
+from sim.logs import LogServer, SimLog, synthetic_log
 from tests.commands.test_log_download import VID, mavjet_logs, with_logs
 from tests.support.commands import ENV, command_rig, ready_to_fly
 from tests.support.wait import wait_for
@@ -60,3 +62,27 @@ async def test_cli_without_a_gateway_times_out_with_one_line(provisioned: Client
     msg = await js.get_last_msg("TWIN_CMD", f"fleet.{ENV}.veh.{VID}.cmd.log_list")
     cmd = decode_command("log_list", msg.data, max_payload_bytes=1 << 20)
     assert cmd.deadline_ns is not None and 0 < cmd.deadline_ns - cmd.issued_ns <= 2_000_000_000
+
+
+async def test_refused_while_a_download_runs(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    """ArduPilot answers a LOG_REQUEST_LIST during a transfer with only "Log download in progress": refused at once."""
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
+        await rig.link_known(VID)
+        server = rig.vehicle(VID).logs
+        server.logs.append(SimLog(3, 1_795_500_000, synthetic_log(3, 17_000) * 10))  # ~3 MB: seconds to serve
+        started = await rig.call(VID, "log_download", {"log": "3"})
+        assert started.accepted, started
+        await wait_for(lambda: server.active, timeout_s=10)
+        r = await rig.call(VID, "log_list")
+        assert r.result == "rejected" and "log download" in r.detail, r
+
+
+def test_the_sim_answers_a_list_during_a_transfer_with_only_a_text() -> None:
+    """As AP_Logger::handle_log_request_list: `_log_sending_link` set -> "Log download in progress", no LOG_ENTRY."""
+    server = LogServer(lambda: [SimLog(1, 1_795_400_000, synthetic_log(1, 3_000))])
+    request = mavlink2.MAVLink_log_request_list_message(1, 1, 0, 0xFFFF)
+    assert [m.get_type() for m in server.on_request_list(request)] == ["LOG_ENTRY"]
+    server.on_request_data(mavlink2.MAVLink_log_request_data_message(1, 1, 1, 0, 0xFFFFFFFF))
+    assert server.active
+    listing = server.on_request_list(request)
+    assert [(m.get_type(), m.text) for m in listing] == [("STATUSTEXT", "Log download in progress")]
