@@ -114,6 +114,14 @@ class BarProgress:
         self.progress.update(self.task, completed=done_bytes, total=total_bytes or None)
 
 
+def transfer_bar(stream: IO[str]) -> Progress:
+    """The rich bar of a transfer (label, bar, bytes, speed, time left), cleared from the screen when it stops."""
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        TimeRemainingColumn(), console=Console(file=stream), transient=True,
+    )
+
+
 @contextlib.contextmanager
 def transfer_progress(label: str, *, quiet: bool = False, stream: IO[str] | None = None) -> Iterator[ProgressFn]:
     """`with transfer_progress("get x") as progress: ... progress(done, total)`.
@@ -126,10 +134,7 @@ def transfer_progress(label: str, *, quiet: bool = False, stream: IO[str] | None
     if quiet or not is_tty(err):
         yield LineProgress(label, quiet=quiet, stream=stream)
         return
-    bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        TimeRemainingColumn(), console=Console(file=err), transient=True,
-    )
+    bar = transfer_bar(err)
     with bar:
         yield BarProgress(bar, bar.add_task(label, total=None))
 

@@ -24,16 +24,7 @@ from typing import Any
 import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from rich.progress import Progress, TaskID
 
 from gateway import logstore
 from gateway.contract import natsconn
@@ -81,10 +72,7 @@ class Bar:
             return
         if self.tty:
             if self._progress is None:
-                self._progress = Progress(
-                    TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=Console(file=sys.stderr), transient=True,
-                )
+                self._progress = console.transfer_bar(sys.stderr)
                 self._progress.start()
                 self._task = self._progress.add_task(self.label, total=total or None)
             assert self._task is not None
