@@ -8,6 +8,7 @@ analytics.flightreport, which renders them without Spark.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,23 +66,24 @@ def collect_flights(
     vehicles and span only (a fleet's 90 days of tracks are never read for
     a few pages).
     """
-    keys = select_flights(flights, vids).collect()
-    if not keys:
+    # one action for the chosen flights' rows (each action costs ~1 s of planning here);
+    # the keys and the span come from them
+    rows = flights.join(select_flights(flights, vids), ["vid", "flight_no"]).collect()
+    if not rows:
         return []
-    pairs = [(r["vid"], int(r["flight_no"])) for r in keys]
+    pairs = [(r["vid"], int(r["flight_no"])) for r in rows]
     spark = events.sparkSession
     key_df = F.broadcast(spark.createDataFrame(pairs, "vid string, flight_no int"))
     chosen_vids = sorted({v for v, _ in pairs})
     # flight_no is counted per vehicle, so keeping only these vehicles' events keeps it right
     mine = events.where(F.col("vid").isin(*chosen_vids))
-    chosen = flights.join(key_df, ["vid", "flight_no"])
-    rows = chosen.collect()
     if track is not None and not isinstance(track, DataFrame):
-        span = chosen.agg(F.min(F.unix_micros("start")).alias("lo"), F.max(F.unix_micros("end")).alias("hi"),
-                          F.count(F.when(F.col("end").isNull(), 1)).alias("open")).first()
-        assert span is not None  # an aggregate without groups has one row
+        starts = [_epoch_us(r["start"]) for r in rows if r["start"] is not None]
+        ends = [_epoch_us(r["end"]) for r in rows if r["end"] is not None]
+        lo = min(starts) if starts else None
         # end exclusive: the disarm sample is timed at the disarmed event, the flight's end
-        track = track(chosen_vids, span["lo"], None if span["open"] or span["hi"] is None else span["hi"] + 1)
+        hi = None if len(ends) < len(rows) or not ends else max(ends) + 1
+        track = track(chosen_vids, lo, hi)
     samples: dict[tuple[str, int], list[dict[str, Any]]] = {p: [] for p in pairs}
     for s in fleet.flight_samples(mine, track).join(key_df, ["vid", "flight_no"]).collect():
         samples[(s["vid"], int(s["flight_no"]))].append(s.asDict())
@@ -96,6 +98,16 @@ def collect_flights(
         flight["track_samples"] = sum(1 for s in samples[k] if s.get("source") == "track")
         out.append(FlightData(flight=flight, samples=samples[k], events=evs[k]))
     return out
+
+
+def _epoch_us(t: dt.datetime) -> int:
+    """Epoch µs of a collected Spark timestamp (naive local time, or aware), exactly."""
+    if t.tzinfo is None:
+        t = t.astimezone()  # naive means the process's local time, as pyspark hands it out
+    return (t - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def write_pages(out_dir: Path, data: list[FlightData]) -> list[dict[str, Any]]:

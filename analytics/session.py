@@ -23,6 +23,8 @@ DEFAULT_DRIVER_MEMORY = "4g"
 # CPU consumer of a replay (35 of 75 JVM CPU-seconds at 200k events), while
 # the jobs run too briefly for C2's faster code to pay that back.
 DEFAULT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+# Workers import pyspark from site-packages (bytecode cached), not Spark's zip.
+DAEMON_MODULE = "analytics.pydaemon"
 _MEMORY = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 
 
@@ -64,6 +66,7 @@ def spark_conf(
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.executorEnv.SPARK_LOCAL_IP": bind_host,
+        "spark.python.daemon.module": DAEMON_MODULE,
     }
 
 
@@ -79,16 +82,24 @@ def get_spark(
     os.environ.setdefault("SPARK_LOCAL_IP", bind_host)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    from analytics.classcache import archive_options, publish_at_exit
     from analytics.source import register
 
     builder = SparkSession.builder.appName(app_name)
-    conf = spark_conf(master, bind_host=bind_host, driver_memory=driver_memory)
+    jvm_options, archive_tmp, archive_final = DEFAULT_JVM_OPTIONS, None, None
+    if SparkContext._gateway is None:  # JVM options only count when this process starts the JVM
+        cds, archive_tmp, archive_final = archive_options(DEFAULT_JVM_OPTIONS)
+        jvm_options = f"{DEFAULT_JVM_OPTIONS} {cds}".strip()
+    conf = spark_conf(master, bind_host=bind_host, driver_memory=driver_memory, jvm_options=jvm_options)
     conf.update(extra_conf or {})
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    if archive_tmp is not None and archive_final is not None:
+        publish_at_exit(spark, archive_tmp, archive_final)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

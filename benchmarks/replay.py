@@ -179,6 +179,7 @@ def run(
             spark.stop()
     stage("source")
     res["loadavg_1m_before_replay"] = round(os.getloadavg()[0], 2)
+    res["jvm_class_archive"] = _class_archive_state()
     summary, wall_s = _replay_process(url, master=master, out_dir=out_dir, partitions=partitions,
                                       driver_memory=driver_memory)
     res["end_to_end_s"] = round(wall_s, 3)
@@ -194,6 +195,16 @@ def run(
     res["complete"] = True
     stage("replay")
     return res
+
+
+def _class_archive_state() -> str:
+    """What the replay's JVM will do with the class-data archive (analytics.classcache):
+    `used`, `recorded` (first run: its exit includes the dump) or `off`."""
+    from analytics.classcache import archive_options
+    from analytics.session import DEFAULT_JVM_OPTIONS
+
+    opts, tmp, _ = archive_options(DEFAULT_JVM_OPTIONS)
+    return "off" if not opts else "recorded" if tmp is not None else "used"
 
 
 def _replay_process(
@@ -235,7 +246,8 @@ def _line(name: str, res: dict[str, Any]) -> str:
                 f"{res['ratio_source_typed_to_callback_ceiling']}")
     steps = ", ".join(f"{k} {v}" for k, v in res["replay_steps_s"].items() if v >= 0.05)
     return (f"replay end to end (mavjet replay): {res['end_to_end_s']} s for {res['replay_events']:,} events "
-            f"(goal < {res['end_to_end_goal_s']:.0f} s at 1M): start {res['replay_start_s']} s, jobs {res['replay_s']} s\n"
+            f"(goal < {res['end_to_end_goal_s']:.0f} s at 1M): start {res['replay_start_s']} s, jobs {res['replay_s']} s, "
+            f"JVM class archive {res['jvm_class_archive']}\n"
             f"replay steps (s):                 {steps}\n"
             f"load average (1 min) start/replay/end: {res['loadavg_1m_start']} / {res['loadavg_1m_before_replay']} / "
             f"{res['loadavg_1m_end']} on {res['cpus']} CPUs")

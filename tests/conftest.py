@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from nats.aio.client import Client
 
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+
+# Spark sessions in tests start without the JVM class-data archive (analytics/classcache.py): the suite
+# must not write a 160 MB archive into the user's cache, nor wait for its dump at exit.
+# tests/analytics/test_startup.py exercises the archive in a temporary cache dir.
+os.environ.setdefault("MAVJET_JVM_CLASS_CACHE", "off")
 
 
 @pytest.fixture

@@ -35,4 +35,7 @@ def test_bench_reports_each_stage_and_reads_every_event(spark: Any, tmp_path: Pa
     # end to end = the replay process's whole life: its Spark start and its jobs
     assert res["end_to_end_s"] > res["replay_s"] > 0 and res["replay_start_s"] > 0
     assert "end to end" in seen[4][2] and "3,000 events" in seen[4][2]
+    # whether the replay's JVM mapped the class-data archive or recorded it is part of the figure
+    assert res["jvm_class_archive"] in {"used", "recorded", "off"}
+    assert f"JVM class archive {res['jvm_class_archive']}" in seen[4][2]
     assert spark.range(3).count() == 3  # a session passed in is left running
