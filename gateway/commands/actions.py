@@ -133,6 +133,10 @@ class MavCommand:
 
     build: Callable[[Command, ModeTable | None], MavAction]
     reasons: tuple[str, ...] = ()
+    # TEMPORARILY_REJECTED ends the command (`rejected`, with the vehicle's reasons) instead of a redelivery:
+    # arming or taking off seconds later, when a preflight check happens to clear, is what an operator did
+    # not ask for (PX4 answers every refused arm this way).
+    temporary_is_final: bool = False
 
     async def __call__(self, cmd: Command, ctx: ActionContext) -> Outcome:
         action = self.build(cmd, ctx.vehicle.telemetry.modes)
@@ -150,10 +154,10 @@ class MavCommand:
         if outcome.result is MavCommandResult.TIMEOUT:
             return no_answer(ctx, f"no COMMAND_ACK after {outcome.attempts} attempts", outcome.attempts)
         name = mav_result_name(mr)
-        if mr == _TEMPORARY:
+        if mr == _TEMPORARY and not self.temporary_is_final:
             return Outcome(result=CmdResult.FAILED, mav_result=mr, detail="temporarily rejected by the vehicle",
                            attempts=outcome.attempts, retry=True)
-        result = CmdResult.REJECTED if mr in _REJECTED else CmdResult.FAILED
+        result = CmdResult.REJECTED if mr in _REJECTED or mr == _TEMPORARY else CmdResult.FAILED
         texts = reason_texts(seen, self.reasons) if self.reasons else []
         detail = f"{cmd.name} rejected: {'; '.join(texts)}" if texts else f"vehicle answered {name}"
         return Outcome(result=result, mav_result=mr, detail=detail, attempts=outcome.attempts)

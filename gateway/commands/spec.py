@@ -111,12 +111,16 @@ class CommandDef:
         return self.precondition(cmd, state)
 
 
-def _mav(build: Callable[[Command, ModeTable | None], MavAction], reasons: tuple[str, ...] = ()) -> MavCommand:
-    return MavCommand(build, reasons)
+def _mav(build: Callable[[Command, ModeTable | None], MavAction], reasons: tuple[str, ...] = (), *,
+         temporary_is_final: bool = False) -> MavCommand:
+    return MavCommand(build, reasons, temporary_is_final)
 
 
-# The status texts in which ArduPilot explains a refused arm or disarm.
-_ARMING_REASONS = ("PreArm:", "Arm:", "Disarm:")
+# The status texts in which the autopilot explains a refused arm, disarm or takeoff: ArduPilot's
+# "PreArm:" / "Arm:" / "Disarm:", PX4's Commander "Arming denied: ...", "Preflight Fail: ...",
+# "Disarming denied: ...", "Takeoff denied: ...".
+_ARMING_REASONS = ("PreArm:", "Arm:", "Disarm:", "Arming denied", "Preflight Fail", "Disarming denied",
+                   "Takeoff denied")
 
 
 _N = CommandName
@@ -126,20 +130,20 @@ _DEFS = (
     CommandDef(
         wire=_W[_N.ARM], recovery=Recovery(observe=armed_is(True), resend=True, rule="armed: confirmed; disarmed: sent again"), flight_state=True,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM, params=(1.0,)),
-                    _ARMING_REASONS),
+                    _ARMING_REASONS, temporary_is_final=True),
     ),
     CommandDef(
         wire=_W[_N.DISARM], recovery=Recovery(observe=armed_is(False), resend=True, rule="disarmed: confirmed; armed: sent again"),
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_COMPONENT_ARM_DISARM,
             params=autopilot.arm_params(False, force=bool(c.params.get("force"))),
-        ), _ARMING_REASONS),
+        ), _ARMING_REASONS, temporary_is_final=True),
     ),
     CommandDef(
         wire=_W[_N.TAKEOFF], recovery=Recovery(observe=airborne, resend=False, rule="airborne: confirmed; on the ground: `unknown` (it may be spooling up), not re-sent"), flight_state=True, precondition=takeoff_failure,
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_NAV_TAKEOFF, params=(0.0, 0.0, 0.0, math.nan, math.nan, math.nan, c.params["alt_m"])
-        )),
+        ), _ARMING_REASONS, temporary_is_final=True),
     ),
     CommandDef(
         wire=_W[_N.LAND], recovery=Recovery(observe=mode_contains("LAND"), resend=True, rule="in a LAND mode: confirmed; otherwise sent again (landing twice is harmless)"),

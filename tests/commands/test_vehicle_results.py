@@ -123,3 +123,29 @@ async def test_temporarily_rejected_until_max_deliver_ends_in_one_failed_result(
         stored = await cmd_results(provisioned)
     assert [d["cmd_id"] for d in published] == [cmd_id]
     assert [(d["cmd_id"], d["result"]) for d in stored] == [(cmd_id, "failed")]
+
+
+@pytest.mark.parametrize(("name", "params"), [("arm", {}), ("takeoff", {"alt_m": 10.0})])
+async def test_a_temporarily_rejected_arm_or_takeoff_is_final_never_retried(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path, name: str, params: dict[str, float]
+) -> None:
+    """PX4 answers a refused arm with TEMPORARILY_REJECTED: arming (or taking off) on a redelivery seconds later,
+    once a check happens to clear, is a blind retry. One `rejected` result, the vehicle asked once."""
+    mav_cmd = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM if name == "arm" else mavlink2.MAV_CMD_NAV_TAKEOFF
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state") as rig, \
+            published_results(provisioned) as published:  # fmt: skip
+        await ready_to_fly(rig.fleet)
+        v = rig.vehicle(VID)
+        if name == "takeoff":
+            for step, p in (("set_mode", {"mode": "GUIDED"}), ("arm", {})):
+                assert (await rig.call(VID, step, p)).accepted
+        v.reject_next(mav_cmd, TEMPORARILY_REJECTED, count=3)  # a redelivery would be refused the same
+        cmd_id = await rig.client.publish(VID, name, params)
+        r = await rig.client.wait(cmd_id, 20)
+        assert (r.result, r.mav_result) == ("rejected", TEMPORARILY_REJECTED), r
+        assert r.data["deliveries"] == 1, r
+        await consumer_idle(provisioned, VID)
+        await asyncio.sleep(QUIET_S)
+        assert rig.forced(VID, mav_cmd) == [TEMPORARILY_REJECTED]  # asked once, never again
+        assert rig.executions(VID, mav_cmd) == 0
+    assert [d["cmd_id"] for d in published if d["cmd_id"] == cmd_id] == [cmd_id]
