@@ -28,7 +28,7 @@ from typing import Any
 from drivers.mavlink.autopilot import is_airborne, is_autopilot_heartbeat
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.modes import ModeTable, flavour_of, table_for
-from drivers.mavlink.params import decode_param_id
+from drivers.mavlink.params import decode_param_id, decode_param_value, encoding_for
 from gateway.statustext import REACHED_PREFIX, ReachedPairing, RepeatCollapser, Summary, text_data
 
 _ARMED = mavlink2.MAV_MODE_FLAG_SAFETY_ARMED
@@ -412,7 +412,8 @@ class TelemetryModel:
     def _param_value(self, m: MavMessage, recv_ns: int) -> None:
         # Internal only: the shadow hears of a param changed on the vehicle (a
         # ground station, RC) at once instead of at its periodic verify.
-        data = {"name": decode_param_id(m.param_id), "value": float(m.param_value), "param_type": m.param_type}
+        value = decode_param_value(float(m.param_value), m.param_type, encoding_for(self.flavour))
+        data = {"name": decode_param_id(m.param_id), "value": value, "param_type": m.param_type}
         self.events.append(Event("param_value", recv_ns, data, "", internal=True))
 
     def _mission_current(self, m: MavMessage, recv_ns: int) -> None:

@@ -52,6 +52,13 @@ _AP_BOOT_BASE_MODE: Final = 0x59
 
 R = mavlink2  # brevity for MAV_* constants
 ACCEPTED: Final[int] = R.MAV_RESULT_ACCEPTED
+_PX4_MANUAL_MAINS: Final = frozenset({1, 2, 3, 7})  # MANUAL, ALTCTL, POSCTL, STABILIZED
+_PX4_MAIN_AUTO: Final = 4
+# commands PX4's Commander answers TEMPORARILY_REJECTED when it denies the transition they ask for
+_PX4_TRANSITIONS: Final = frozenset({
+    R.MAV_CMD_COMPONENT_ARM_DISARM, R.MAV_CMD_DO_SET_MODE, R.MAV_CMD_NAV_RETURN_TO_LAUNCH, R.MAV_CMD_NAV_TAKEOFF,
+    R.MAV_CMD_DO_REPOSITION,
+})  # fmt: skip
 TEMP_REJECTED: Final[int] = R.MAV_RESULT_TEMPORARILY_REJECTED
 DENIED: Final[int] = R.MAV_RESULT_DENIED
 UNSUPPORTED: Final[int] = R.MAV_RESULT_UNSUPPORTED
@@ -409,7 +416,7 @@ class VehicleModel:
             idx = params.INDEX.get(_param_name(msg.param_id), -1)
         if 0 <= idx < len(params.SPECS):
             # ArduPilot echoes the request's index: -1 (65535 on the wire) for a read by name
-            self._send_param(idx, NO_INDEX if int(msg.param_index) < 0 else idx)
+            self._send_param(idx, NO_INDEX if int(msg.param_index) < 0 and self._is_ap else idx)
 
     def _on_param_set(self, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
         name = _param_name(msg.param_id)
@@ -417,6 +424,13 @@ class VehicleModel:
         if spec is None:
             return  # ArduPilot ignores unknown names
         value = float(msg.param_value)
+        if not self._is_ap:
+            # PX4's mavlink_parameters.cpp: the declared type must be the param's own (else "param types
+            # mismatch", no answer); an INT32 gets the float's bytes copied in
+            if int(msg.param_type) != (params.REAL32 if spec.type == params.REAL32 else params.INT32):
+                return
+            if spec.type != params.REAL32:
+                value = params.from_bytewise(value)
         if not math.isfinite(value):
             return
         self.params[name] = params.coerce(spec, value)
@@ -425,9 +439,14 @@ class VehicleModel:
     def _send_param(self, idx: int, wire_index: int | None = None) -> None:
         spec = params.SPECS[idx]
         index = idx if wire_index is None else wire_index
-        self._send(
-            R.MAVLink_param_value_message(spec.name.encode(), self.params[spec.name], spec.type, len(params.SPECS), index)
-        )
+        value, ptype = self.params[spec.name], spec.type
+        if not self._is_ap:
+            # PX4's MavlinkParametersManager::send_param: always the param's own index, INT32 or REAL32 only,
+            # an INT32's bytes copied into the float (MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE)
+            index = idx
+            if ptype != params.REAL32:
+                value, ptype = params.to_bytewise(value), params.INT32
+        self._send(R.MAVLink_param_value_message(spec.name.encode(), value, ptype, len(params.SPECS), index))
 
     def _notify_param(self, name: str, value: float) -> None:
         """An unsolicited PARAM_VALUE (index 65535) when the vehicle changes a parameter itself."""
@@ -596,6 +615,8 @@ class VehicleModel:
             if cmd in _FLIGHT_COMMANDS:
                 self.external_control = True
             result = handler(self, p, frame, partner, now)
+            if result == FAILED and cmd in _PX4_TRANSITIONS and self.flavour.name == "px4":
+                result = TEMP_REJECTED  # PX4's Commander answers a denied mode/arming transition this way
         slow = result == ACCEPTED and cmd in self.opts.in_progress_commands
         if slow:
             due = None if cmd == R.MAV_CMD_NAV_TAKEOFF else now + self.opts.in_progress_delay_s
@@ -685,6 +706,8 @@ class VehicleModel:
         if not (-90.0 <= lat <= 90.0 and -180.0 <= lon <= 180.0) or (lat == 0.0 and lon == 0.0):
             return DENIED
         change_mode = int(p[1]) & R.MAV_DO_REPOSITION_FLAGS_CHANGE_MODE
+        if self.flavour.name == "px4" and (not change_mode or int(p[1]) & ~1):
+            return UNSUPPORTED  # PX4's commander: a reposition must ask for the mode switch, and only that
         if self.fmode.behaviour != "guided":
             if not change_mode and self.flavour.name == "ardupilot":
                 return DENIED
@@ -828,6 +851,8 @@ class VehicleModel:
         if not self.armed:
             return ACCEPTED
         if not self.landed and not force:
+            if self.flavour.name == "px4":  # Commander::disarm
+                self._text(R.MAV_SEVERITY_CRITICAL, "Disarming denied: not landed")
             return FAILED
         self._disarm("gcs")
         return ACCEPTED
@@ -846,13 +871,40 @@ class VehicleModel:
         return self._try_mode(mode, reason)
 
     def _set_mode_raw(self, base_mode: float, custom: int, sub: int | None) -> int:
+        if self.flavour.name == "px4":
+            if sub is None:  # SET_MODE: PX4's receiver unpacks custom_mode into main and sub mode
+                custom, sub = (custom >> 16) & 0xFF, (custom >> 24) & 0xFF
+            return self._set_mode_px4(int(base_mode), custom, sub)
         if not int(base_mode) & R.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED:
             return UNSUPPORTED
-        if self.flavour.name == "px4" and sub is not None:
-            custom = px4_custom(custom, sub)
         mode = self.flavour.by_custom(custom)
         if mode is None:
             return FAILED
+        return self._try_mode(mode, "gcs")
+
+    def _set_mode_px4(self, base: int, main: int, sub: int) -> int:
+        """Commander::handle_command(DO_SET_MODE): AUTO with sub 0 is AUTO.MISSION; a main mode it does not know,
+        or no custom flag and no base flag it maps, changes nothing and is ACCEPTED; an unknown AUTO sub mode and
+        a refused switch are TEMPORARILY_REJECTED (the sim's FAILED, mapped in `_command`)."""
+        if base & R.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED:
+            if main == _PX4_MAIN_AUTO and sub == 0:
+                sub = 4
+            elif main != _PX4_MAIN_AUTO:
+                sub = 0
+            mode = self.flavour.by_custom(px4_custom(main & 0xFF, sub & 0xFF))
+            if mode is None:
+                if main == _PX4_MAIN_AUTO:
+                    self._text(R.MAV_SEVERITY_CRITICAL, "Unsupported auto mode")
+                    return FAILED
+                return ACCEPTED
+        elif base & R.MAV_MODE_FLAG_AUTO_ENABLED:
+            mode = self._mode_or_die("AUTO.MISSION")
+        elif base & R.MAV_MODE_FLAG_MANUAL_INPUT_ENABLED:
+            name = ("POSCTL" if base & R.MAV_MODE_FLAG_GUIDED_ENABLED
+                    else "STABILIZED" if base & R.MAV_MODE_FLAG_STABILIZE_ENABLED else "MANUAL")  # fmt: skip
+            mode = self._mode_or_die(name)
+        else:
+            return ACCEPTED
         return self._try_mode(mode, "gcs")
 
     def _try_mode(self, mode: Mode, reason: str) -> int:
@@ -1524,18 +1576,18 @@ class VehicleModel:
     def _heartbeat_values(self) -> tuple[int, ...]:
         if self.flavour.name == "ardupilot":
             return self._heartbeat_ardupilot()
-        b = self.fmode.behaviour
+        # PX4's HEARTBEAT stream from vehicle_control_mode (mode_util::getVehicleControlMode, multicopter):
+        # manual modes manual+attitude, AUTO.* auto (with stabilize and guided), OFFBOARD none without setpoints;
+        # system_status from the arming state only: ACTIVE (CRITICAL in failsafe) armed, STANDBY disarmed.
         base = R.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
-        if b in ("guided", "auto", "rtl", "land"):
-            base |= R.MAV_MODE_FLAG_GUIDED_ENABLED
-        if b == "auto":
-            base |= R.MAV_MODE_FLAG_AUTO_ENABLED
+        main = (self.fmode.custom_mode >> 16) & 0xFF
+        if main in _PX4_MANUAL_MAINS:
+            base |= R.MAV_MODE_FLAG_MANUAL_INPUT_ENABLED | R.MAV_MODE_FLAG_STABILIZE_ENABLED
+        elif main == _PX4_MAIN_AUTO:
+            base |= R.MAV_MODE_FLAG_AUTO_ENABLED | R.MAV_MODE_FLAG_STABILIZE_ENABLED | R.MAV_MODE_FLAG_GUIDED_ENABLED
         if self.armed:
             base |= R.MAV_MODE_FLAG_SAFETY_ARMED
-        if self.failsafe:
-            status = R.MAV_STATE_CRITICAL
-        elif self.armed:
-            status = R.MAV_STATE_ACTIVE
+            status = R.MAV_STATE_CRITICAL if self.failsafe else R.MAV_STATE_ACTIVE
         else:
             status = R.MAV_STATE_STANDBY
         return (R.MAV_TYPE_QUADROTOR, self.flavour.autopilot, base, self.fmode.custom_mode, status, 3)

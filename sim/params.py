@@ -16,6 +16,7 @@ RTL (ArduCopter ships with 0, no action).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Final
 
@@ -120,3 +121,13 @@ def defaults(sysid: int) -> dict[str, float]:
     values = {s.name: s.default for s in SPECS}
     values["MAV_SYSID"] = float(sysid)
     return values
+
+
+def to_bytewise(value: float) -> float:
+    """An INT32 as PX4 puts it on the wire: its bytes read as a float32."""
+    return float(struct.unpack("<f", struct.pack("<i", int(value)))[0])
+
+
+def from_bytewise(wire: float) -> float:
+    """The INT32 whose bytes a PX4 PARAM_SET/PARAM_VALUE float carries."""
+    return float(struct.unpack("<i", struct.pack("<f", wire))[0])

@@ -99,6 +99,15 @@ def to_float32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
+def encoding_for(flavour: str | None) -> ParamEncoding:
+    """The autopilot's parameter encoding: PX4 bytewise, ArduPilot (and anything else) C cast.
+
+    PX4 announces MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE and copies an
+    INT32's bytes into param_value (mavlink_parameters.cpp); ArduPilot casts.
+    """
+    return ParamEncoding.BYTEWISE if flavour == "px4" else ParamEncoding.CAST
+
+
 def encode_param_value(value: float, param_type: int, encoding: ParamEncoding = ParamEncoding.CAST) -> float:
     """The float32 to put in PARAM_SET.param_value."""
     if param_type in INT_TYPES:

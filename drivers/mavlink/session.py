@@ -20,6 +20,7 @@ machines of `logs.py` window by window.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -52,7 +53,7 @@ from drivers.mavlink.logs import (
 )
 from drivers.mavlink.mission import MISSION, MissionItem
 from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
-from drivers.mavlink.params import ParamValue
+from drivers.mavlink.params import ParamValue, encoding_for
 from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig
 from drivers.mavlink.terrain import (
     DEFAULT_TERRAIN_CHECK,
@@ -431,13 +432,21 @@ class VehicleSession:
         )
 
     # -- parameters -------------------------------------------------------
+    def _param_cfg(self, config: ProtocolConfig | None) -> ProtocolConfig:
+        """The protocol config with the autopilot's parameter encoding (PX4 bytewise, ArduPilot cast)."""
+        cfg = self._cfg(config)
+        encoding = encoding_for(self.flavour)
+        if cfg.params.encoding is encoding:
+            return cfg
+        return dataclasses.replace(cfg, params=dataclasses.replace(cfg.params, encoding=encoding))
+
     async def read_param(self, name: str, *, config: ProtocolConfig | None = None) -> ParamValue:
-        return await runner.read_param(self.link, name, config=self._cfg(config))
+        return await runner.read_param(self.link, name, config=self._param_cfg(config))
 
     async def set_param(
         self, name: str, value: float, *, param_type: int | None = None, config: ProtocolConfig | None = None
     ) -> ParamValue:
-        return await runner.set_param(self.link, name, value, param_type=param_type, config=self._cfg(config))
+        return await runner.set_param(self.link, name, value, param_type=param_type, config=self._param_cfg(config))
 
     # -- missions (one transfer at a time: the session's lock) ----------------
     async def upload_mission(

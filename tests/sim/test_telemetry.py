@@ -167,7 +167,7 @@ async def test_px4_flavour_heartbeat_encoding() -> None:
             assert hb.custom_mode == (4 << 16) | (3 << 24)  # AUTO.LOITER
             await ready(fleet)
             ack = await gcs.set_mode(1, 4, 4)  # AUTO.MISSION without a mission
-            assert ack.result == M.MAV_RESULT_FAILED
+            assert ack.result == M.MAV_RESULT_TEMPORARILY_REJECTED  # PX4's Commander for a denied switch
             ack = await gcs.set_mode(1, 3)  # POSCTL
             assert ack.result == M.MAV_RESULT_ACCEPTED
             hb = await gcs.recv("HEARTBEAT", lambda m: m.custom_mode == 3 << 16)
