@@ -27,6 +27,8 @@ EFFECTS: dict[str, tuple[str, float]] = {
 # Results after which the vehicle may have acted on the command. A rejected,
 # failed, expired or invalid command did nothing, whatever happened next.
 EFFECT_RESULTS = ("accepted", "timeout", "unknown")
+# The event types command_chains reads: commands' answers and their effects.
+COMMAND_EVENT_TYPES = ("cmd_result", *sorted({v[0] for v in EFFECTS.values()}))
 
 
 def _map(pairs: dict[str, object]) -> Column:
@@ -50,33 +52,35 @@ def command_chains(events: DataFrame) -> DataFrame:
     kind = _map({k: v[0] for k, v in EFFECTS.items()})
     window_s = _map({k: v[1] for k, v in EFFECTS.items()})
     lat_us = F.coalesce((F.col("latency_ms") * 1000).cast("long"), F.lit(0))
-    cmds = ev.where(_t("cmd_result")).select(
-        "vid",
-        F.col("seq").alias("ack_seq"),
-        "cmd_id",
-        F.coalesce("cmd_name", F.lit("?")).alias("name"),
-        "result",
-        "latency_ms",
-        "attempts",
-        F.col("time").alias("acked"),
-        F.timestamp_micros(F.unix_micros("time") - lat_us).alias("issued"),
-    )
-    cmds = cmds.withColumn("effect_type", kind[F.col("name")]).withColumn("_window_s", window_s[F.col("name")])
+    is_cmd = _t("cmd_result")
+    name = F.coalesce("cmd_name", F.lit("?"))
+    issued = F.timestamp_micros(F.unix_micros("time") - lat_us)
     # Commands and candidate effects in one frame, partitioned by vehicle and
     # kind of effect. Walking each partition backwards (newest first), the
     # last effect and the last command seen are the first ones *after* the
     # current row: one sort, running frames only (an unbounded-following
-    # frame would be quadratic in Spark), no join.
+    # frame would be quadratic in Spark), no join. One filtered projection of
+    # the events, not a union of two: vid passes through unchanged, so the
+    # cache's partitioning by vid satisfies the window and there is no
+    # second shuffle (a union loses the partitioning).
     key = F.struct("_t", "_kind", "_seq")
-    cmd_rows = cmds.withColumns({
-        "_key": F.coalesce("effect_type", F.lit("")), "_t": F.col("issued"), "_kind": F.lit(0),
-        "_seq": F.col("ack_seq"),
-    })
-    effects = ev.where(F.col("type").isin(sorted({v[0] for v in EFFECTS.values()}))).select(
-        "vid", F.col("type").alias("_key"), F.col("time").alias("_t"), F.lit(1).alias("_kind"),
+    both = ev.where(F.col("type").isin(*COMMAND_EVENT_TYPES)).select(
+        "vid",
+        F.col("seq").alias("ack_seq"),
+        "cmd_id",
+        name.alias("name"),
+        "result",
+        "latency_ms",
+        "attempts",
+        F.col("time").alias("acked"),
+        issued.alias("issued"),
+        F.when(is_cmd, kind[name]).alias("effect_type"),
+        F.when(is_cmd, window_s[name]).alias("_window_s"),
+        F.when(is_cmd, F.coalesce(kind[name], F.lit(""))).otherwise(F.col("type")).alias("_key"),
+        F.when(is_cmd, issued).otherwise(F.col("time")).alias("_t"),
+        F.when(is_cmd, F.lit(0)).otherwise(F.lit(1)).alias("_kind"),
         F.col("seq").alias("_seq"),
     )
-    both = cmd_rows.unionByName(effects, allowMissingColumns=True)
     newest_first = Window.partitionBy("vid", "_key").orderBy(
         F.desc("_t"), F.desc("_kind"), F.desc("_seq")
     ).rowsBetween(Window.unboundedPreceding, -1)

@@ -111,6 +111,24 @@ def test_fleet_kpis_match_history(events: Any, history: History) -> None:
     assert k["median_effect_latency_ms"] == pytest.approx(_pct(eff, 0.5), abs=0.005)
 
 
+def _exchanges(df: Any) -> int:
+    """Shuffles in df's physical plan (the cached plan under a cache scan counted as well)."""
+    return str(df._jdf.queryExecution().executedPlan().toString()).count("Exchange")
+
+
+def test_command_chains_reuse_the_caches_partitioning(events: Any) -> None:
+    # As the replay runs it: the cache is partitioned by vid (add_flight_columns'
+    # window), and the chains' window by (vid, kind of effect) needs no shuffle of its own.
+    cached = jobs.add_flight_columns(events).persist()
+    try:
+        assert cached.count() == events.count()
+        chains = fleet.command_chains(cached)
+        assert _exchanges(chains) == _exchanges(cached.select("vid")) >= 1
+        assert chains.count() > 0
+    finally:
+        cached.unpersist()
+
+
 def test_flight_samples_merge_a_track_stream(spark: Any) -> None:
     t0 = dt.datetime(2025, 6, 1, 12, 0, 0)
     names = [p.split()[0] for p in SCHEMA_DDL.split(", ")]
