@@ -16,6 +16,7 @@ import pytest
 from anyio.abc import Process
 from nats.aio.client import Client
 
+from drivers.mavlink.dialect import mavlink2
 from gateway.daemon import Gateway
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
@@ -30,6 +31,10 @@ pytestmark = pytest.mark.skipif(not MAVPROXY.exists(), reason="MAVProxy is not i
 
 async def _is_guided(gw: Gateway) -> bool:
     return gw.twins["VID-001"].model.mode == "GUIDED"
+
+
+async def _out_of_boot(gw: Gateway) -> bool:
+    return (gw.twins["VID-001"].model.system_status or 0) >= mavlink2.MAV_STATE_STANDBY
 
 
 class Console:
@@ -58,35 +63,43 @@ class Console:
 
 async def test_mavproxy_through_the_tunnel(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=4.0)) as fleet:
-        cfg = replace(gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state"), tunnel=True)
-        port = _free_udp_port()
-        async with running(Gateway(cfg)) as gw:
-            tunnel = await anyio.open_process(
-                [str(MAVJET), "tunnel", "VID-001", "--listen", f"udp:127.0.0.1:{port}", "--nats", nats_server.url,
-                 "--env", ENV], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            mavproxy = await anyio.open_process(
-                [sys.executable, str(MAVPROXY), "--master", f"udpout:127.0.0.1:{port}", "--nowait",
-                 "--state-basedir", str(tmp_path / "mavproxy"), "--default-modules", "link,param,mode,cmdlong"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
-            console = Console(mavproxy)
-            try:
-                await console.expect("Detected vehicle 1:1")  # its heartbeats through the tunnel
-                await console.send("param fetch MAV_SYSID")
-                await console.expect("MAV_SYSID = 1")
-                for attempt in range(1, 11):  # refused until the vehicle's position estimate is good
-                    await console.send("mode GUIDED")
-                    await console.expect_count("Got COMMAND_ACK: DO_SET_MODE: ", attempt)
-                    if "DO_SET_MODE: ACCEPTED" in console.text:
-                        break
-                    await anyio.sleep(0.5)
-                await console.expect("Mode GUIDED")
-                # The gateway, serving the vehicle the whole time, saw the ground station's mode change.
-                await wait_for_async(lambda: _is_guided(gw), timeout_s=5)
-            finally:
-                for proc in (mavproxy, tunnel):
-                    proc.terminate()
-                    with anyio.move_on_after(5):
-                        await proc.wait()
-                    if proc.returncode is None:
-                        proc.kill()
-                    await proc.aclose()
+        await mavproxy_changes_mode_through_the_tunnel(fleet.endpoints, nats_server.url, tmp_path)
+
+
+async def mavproxy_changes_mode_through_the_tunnel(endpoints: list[str], url: str, tmp_path: Path) -> None:
+    """MAVProxy on the operator's side of `mavjet tunnel` sees VID-001's heartbeats and a parameter, and changes
+    its mode to GUIDED, while the gateway serves the vehicle (also the SITL tier's scenario, tests/sitl)."""
+    cfg = replace(gateway_config(url, endpoints, tmp_path / "state"), tunnel=True)
+    port = _free_udp_port()
+    async with running(Gateway(cfg)) as gw:
+        # Out of BOOT first: ArduPilot reverts a mode set while it boots (docs/sim.md).
+        await wait_for_async(lambda: _out_of_boot(gw), timeout_s=60)
+        tunnel = await anyio.open_process(
+            [str(MAVJET), "tunnel", "VID-001", "--listen", f"udp:127.0.0.1:{port}", "--nats", url,
+             "--env", ENV], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        mavproxy = await anyio.open_process(
+            [sys.executable, str(MAVPROXY), "--master", f"udpout:127.0.0.1:{port}", "--nowait",
+             "--state-basedir", str(tmp_path / "mavproxy"), "--default-modules", "link,param,mode,cmdlong"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+        console = Console(mavproxy)
+        try:
+            await console.expect("Detected vehicle 1:1")  # its heartbeats through the tunnel
+            await console.send("param fetch MAV_SYSID")
+            await console.expect("MAV_SYSID = 1")
+            for attempt in range(1, 11):  # refused until the vehicle's position estimate is good
+                await console.send("mode GUIDED")
+                await console.expect_count("Got COMMAND_ACK: DO_SET_MODE: ", attempt)
+                if "DO_SET_MODE: ACCEPTED" in console.text:
+                    break
+                await anyio.sleep(0.5)
+            await console.expect("Mode GUIDED")
+            # The gateway, serving the vehicle the whole time, saw the ground station's mode change.
+            await wait_for_async(lambda: _is_guided(gw), timeout_s=5)
+        finally:
+            for proc in (mavproxy, tunnel):
+                proc.terminate()
+                with anyio.move_on_after(5):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                await proc.aclose()

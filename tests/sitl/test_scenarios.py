@@ -8,6 +8,7 @@ import pytest
 from nats.aio.client import Client
 
 from gateway.ops.natsserver import NatsServer
+from tests.ops.test_tunnel_mavproxy import MAVPROXY, mavproxy_changes_mode_through_the_tunnel
 from tests.sitl import faults, scenarios, shadow, signing
 from tests.sitl.peers import Peer
 
@@ -80,3 +81,11 @@ async def test_log_download_is_byte_identical_to_the_vehicles_file(peer: Peer, p
             scenarios.gateway_on(provisioned, nats_server.url, site.endpoints, tmp_path / "state", logs=True) as rig:
         await scenarios.log_download_is_byte_identical(rig, "VID-001", site.log_file,
                                                        armable_within_s=peer.armable_within_s, settle_s=4.0)
+
+
+async def test_mavproxy_changes_the_mode_through_the_tunnel(peer: Peer, provisioned: Client, nats_server: NatsServer,
+                                                           tmp_path: Path) -> None:
+    if not MAVPROXY.exists():
+        pytest.skip("MAVProxy is not installed (pip install mavjet[dev])")
+    async with peer.start(1, tmp_path) as site:
+        await mavproxy_changes_mode_through_the_tunnel(site.endpoints, nats_server.url, tmp_path)
