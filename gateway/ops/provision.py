@@ -25,7 +25,7 @@ from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.contract.subjects import check_token
 from gateway.contract.units import parse_duration_s, parse_size_bytes
-from gateway.ops.reserve import SIZES, headroom_bytes, human_bytes, reservable
+from gateway.ops.reserve import SIZES, add_stream_retrying, headroom_bytes, human_bytes, reservable
 from gateway.ops.runner import run_cli
 
 
@@ -282,7 +282,7 @@ async def provision(js: JetStreamContext, defs: Sequence[Definition], *, dry_run
             continue
         try:
             if action.verb == "create":
-                await js.add_stream(d.config)
+                await add_stream_retrying(js, d.config)
             else:
                 await js.update_stream(d.config)
         except Exception as exc:

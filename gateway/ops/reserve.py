@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 
+import anyio
 from nats.js import JetStreamContext
 from nats.js import api as jsapi
 from nats.js.errors import APIError
@@ -45,6 +46,28 @@ def _insufficient(exc: APIError) -> bool:
     return getattr(exc, "err_code", None) == 10047 or "insufficient" in str(exc).lower()
 
 
+STORE_RACE_ERR_CODE = 10049  # "error creating store for stream"
+STORE_RACE_ATTEMPTS = 4
+
+
+async def add_stream_retrying(js: JetStreamContext, config: jsapi.StreamConfig) -> None:
+    """add_stream, tried again on the server's transient "error creating store for stream".
+
+    Seen on a fresh server right after `reservable`'s probe stream was deleted: the
+    server's cleanup of the account's now-empty stream directory raced the next
+    create ("mkdir .../$G/streams: no such file or directory"). A moment later the
+    same create succeeds; any other error is raised at once.
+    """
+    for attempt in range(1, STORE_RACE_ATTEMPTS + 1):
+        try:
+            await js.add_stream(config)
+            return
+        except APIError as exc:
+            if exc.err_code != STORE_RACE_ERR_CODE or attempt == STORE_RACE_ATTEMPTS:
+                raise
+            await anyio.sleep(0.25 * attempt)
+
+
 async def reservable(js: JetStreamContext, n_bytes: int) -> bool:
     """Can the server reserve `n_bytes` more of file storage? (a throwaway stream, deleted at once)"""
     if n_bytes <= 0:
@@ -53,7 +76,7 @@ async def reservable(js: JetStreamContext, n_bytes: int) -> bool:
     cfg = jsapi.StreamConfig(name=name, subjects=[f"_mavjet.probe.{name}"], storage=jsapi.StorageType.FILE,
                              max_bytes=n_bytes, num_replicas=1)
     try:
-        await js.add_stream(cfg)
+        await add_stream_retrying(js, cfg)
     except APIError as exc:
         if _insufficient(exc):
             return False

@@ -6,6 +6,7 @@ import sys
 import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
+from nats.js.errors import APIError
 
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import (
@@ -105,3 +106,31 @@ async def test_twin_cmd_takes_more_than_a_thousand_vehicle_consumers(provisioned
         await js.add_consumer("TWIN_CMD", jsapi.ConsumerConfig(
             durable_name=f"gw_V{i}", filter_subject=f"fleet.test.veh.V{i}.cmd.>", ack_policy=jsapi.AckPolicy.EXPLICIT))
     assert (await js.stream_info("TWIN_CMD")).state.consumer_count == 1001
+
+
+class _RacingJs:
+    """add_stream as a fresh nats-server answers it while its probe stream's directory is being removed."""
+
+    def __init__(self, failures: int, err_code: int = 10049) -> None:
+        self.failures, self.err_code, self.calls = failures, err_code, 0
+
+    async def add_stream(self, config: object) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise APIError(code=500, description="error creating store for stream", err_code=self.err_code)
+
+
+async def test_the_servers_store_race_is_tried_again_other_errors_are_not() -> None:
+    from gateway.ops.reserve import STORE_RACE_ATTEMPTS, add_stream_retrying
+
+    ok = _RacingJs(failures=1)
+    await add_stream_retrying(ok, jsapi.StreamConfig(name="S"))  # type: ignore[arg-type]
+    assert ok.calls == 2
+    stuck = _RacingJs(failures=99)
+    with pytest.raises(APIError):
+        await add_stream_retrying(stuck, jsapi.StreamConfig(name="S"))  # type: ignore[arg-type]
+    assert stuck.calls == STORE_RACE_ATTEMPTS
+    other = _RacingJs(failures=1, err_code=10047)  # insufficient resources: never tried again
+    with pytest.raises(APIError):
+        await add_stream_retrying(other, jsapi.StreamConfig(name="S"))  # type: ignore[arg-type]
+    assert other.calls == 1
