@@ -76,7 +76,11 @@ class Gcs:
 
 
 async def set_mode_guided(gcs: Gcs) -> None:
-    """DO_SET_MODE GUIDED, again until accepted: the vehicle refuses it until its position estimate is good."""
+    """DO_SET_MODE GUIDED, again until accepted: the vehicle refuses it until its position estimate is good.
+
+    Out of BOOT first: as ArduPilot, the sim accepts a mode while it boots and reverts it on leaving BOOT.
+    """
+    await gcs.recv(lambda x: _hb(x) and x.system_status >= m.MAV_STATE_STANDBY, timeout_s=30)
     for _ in range(30):
         await gcs.send(m.MAVLink_command_long_message(1, 1, m.MAV_CMD_DO_SET_MODE, 0,
                                                       m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED, GUIDED, 0, 0, 0, 0, 0))
