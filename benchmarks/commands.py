@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -35,7 +34,7 @@ from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions
+from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
@@ -57,7 +56,7 @@ def summary(latencies_ms: list[float], count: int, wall_s: float) -> dict[str, A
 
 async def baseline(url: str, workers: int, seconds: float) -> dict[str, Any]:
     """publish → fetch(1) → ack, N workers in parallel, each on its own consumer of TWIN_CMD."""
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     js = nc.jetstream()
     subs = []
     for i in range(workers):
@@ -139,7 +138,7 @@ async def command_load(nc: Client, gw: Gateway, command: str, seconds: float, wa
 
 async def command_gateway(server: NatsServer, n: int, base: int, tmp: str) -> tuple[Client, Gateway, CommandService]:
     """A provisioned server, and a gateway with the command service for N sim vehicles from `base`."""
-    nc = await nats.connect(server.url)
+    nc = await open_client(server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     cfg = GatewayConfig(
         vehicles=tuple(VehicleConfig(vid=f"VID-{i + 1:04d}", endpoint=Endpoint.parse(f"tcp:127.0.0.1:{base + 10 * i}"))

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
 from benchmarks.kit import percentile, report
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 
 STREAM = "BENCH_CMD"
@@ -42,7 +42,7 @@ async def one_count(n: int, rounds: int) -> dict[str, Any]:
     server.start()
     assert server.proc is not None
     try:
-        nc = await nats.connect(server.url)
+        nc = await open_client(server.url)
         js = nc.jetstream(timeout=30)
         await js.add_stream(StreamConfig(name=STREAM, subjects=["fleet.bench.veh.*.cmd.>"],
                                          retention=RetentionPolicy.WORK_QUEUE, max_consumers=max(n + 10, 1000)))

@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import msgpack
-import nats
 
 from benchmarks.kit import nats_and_sim, percentile, report
 from drivers.mavlink.dialect import mavlink2
@@ -28,7 +27,7 @@ from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.envelope import unpack
-from gateway.contract.natsconn import NatsOptions
+from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
@@ -83,7 +82,7 @@ async def ceiling(url: str, sample: bytes, seconds: float) -> dict[str, float]:
     """The bare loop: pymavlink parse + dict + msgpack + publish_async, nothing else."""
     mav = mavlink2.MAVLink(None, 245, 191)
     mav.robust_parsing = True
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     js = nc.jetstream(publish_async_max_pending=4000)
     n = 0
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -150,7 +149,7 @@ class OrderCheck:
 async def run_ingest(
     args: argparse.Namespace, server: NatsServer, sim: subprocess.Popen[bytes], base: int, tmp: str
 ) -> dict[str, Any]:
-    nc = await nats.connect(server.url)
+    nc = await open_client(server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env="bench", replicas=1))
     await nc.close()
     n = args.vehicles
@@ -190,7 +189,7 @@ async def run_ingest(
         latencies_ns: list[int] = []
         gw.publisher.on_state_ack = latencies_ns.append
         order = OrderCheck()
-        watcher = await nats.connect(server.url)
+        watcher = await open_client(server.url)
         for i in range(min(n, 10)):
             await watcher.subscribe(f"fleet.bench.veh.VID-{i + 1:04d}.state.>", cb=order.on_msg)
         cpu0, t0 = time.process_time(), time.monotonic()

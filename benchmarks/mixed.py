@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
 from benchmarks.commands import command_gateway, commands_ready, summary
 from benchmarks.kit import nats_and_sim, report
 from gateway import logs
+from gateway.contract.natsconn import open_client
 from gateway.daemon import Gateway, tune_gc
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer
@@ -80,7 +80,7 @@ async def commands_at_rate(nc: Client, gw: Gateway, rate_hz: float, seconds: flo
 
 
 async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> dict[str, Any]:
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     js = nc.jetstream()
     name = "bench_mixed_base"
     # Its own workqueue stream, configured like TWIN_CMD: nats-server 2.15 allows 1,000 consumers

@@ -28,7 +28,7 @@ from drivers.mavlink.link import LinkConfig
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions
+from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
 from gateway.daemon import Gateway
 from gateway.ops.natsserver import NatsServer
@@ -41,7 +41,7 @@ ENV = "bench"
 
 async def bare_kv(url: str, ops: int) -> dict[str, Any]:
     """The baseline: one put then one get, awaited one at a time."""
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     kv = await nc.jetstream().key_value(SHADOW_BUCKET)
     key = shadow_key(ENV, "BASELINE", "desired")
     value = json.dumps({"params": {"RTL_ALT": 1500}}).encode()
@@ -63,7 +63,7 @@ async def bare_kv(url: str, ops: int) -> dict[str, Any]:
 async def run(args: argparse.Namespace, server: NatsServer, state_dir: Path) -> dict[str, Any]:
     from sim.fleet import SimConfig, SimFleet
 
-    nc = await nats.connect(server.url)
+    nc = await open_client(server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     baseline = await bare_kv(server.url, args.baseline_ops)
     kv = await nc.jetstream().key_value(SHADOW_BUCKET)

@@ -36,7 +36,6 @@ from typing import Any
 
 import anyio
 import msgpack
-import nats
 from nats.aio.msg import Msg
 
 from benchmarks.commands import commands_ready
@@ -47,7 +46,7 @@ from gateway import logs
 from gateway.commands.consumer import CommandService
 from gateway.commands.logs import LogDownloadService
 from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions
+from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import event_filter, state_filter
 from gateway.daemon import Gateway
 from gateway.ops.client import CommandClient
@@ -126,7 +125,7 @@ async def phase(args: argparse.Namespace, server: NatsServer, base: int, tmp: st
     profile = LinkProfile(rate_bps=args.rate_bps, delay_s=args.rtt_ms / 2000.0)
     obs = Observer()
     out: dict[str, Any] = {}
-    direct = await nats.connect(server.url)
+    direct = await open_client(server.url)
     await direct.subscribe(event_filter(ENV), cb=obs.on_event)
     await direct.subscribe(state_filter(ENV), cb=obs.on_state)
     emitted: dict[int, int] = {}
@@ -232,7 +231,7 @@ async def phase(args: argparse.Namespace, server: NatsServer, base: int, tmp: st
 
 
 async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
-    nc = await nats.connect(server.url)
+    nc = await open_client(server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     await nc.close()
     out: dict[str, Any] = {

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nats
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.ingest import OrderCheck, _proc_cpu_s
 from benchmarks.kit import nats_and_sim, report
 from gateway import logs
 from gateway.config import DEFAULT_RATES_HZ
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
@@ -91,7 +91,7 @@ def _loadavg() -> str:
 
 
 async def _state_seq(url: str) -> int:
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     try:
         info = await nc.jetstream().stream_info("TWIN_STATE")
         return int(info.state.last_seq)
@@ -140,7 +140,7 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
               f"warm-up {args.warmup:g} s, measuring {args.duration:g} s", flush=True)
         await asyncio.sleep(args.warmup)
         order = OrderCheck()
-        watcher = await nats.connect(server.url)
+        watcher = await open_client(server.url)
         for i in range(min(n, 10)):
             await watcher.subscribe(f"fleet.{ENV}.veh.VID-{i + 1:04d}.state.>", cb=order.on_msg)
         pids = _family(proc.pid)
@@ -196,7 +196,7 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
 
 
 async def run_all(args: argparse.Namespace, counts: list[int], rig: Rig) -> dict[str, Any]:
-    nc = await nats.connect(rig.server.url)
+    nc = await open_client(rig.server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     await nc.close()
     # Rounds alternate the order (1,2,4 then 4,2,1): a machine whose load drifts during the run

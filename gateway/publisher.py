@@ -40,12 +40,12 @@ from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
 from gateway.spool import DROP_ORDER, Drops, Spool
+from gateway.spooldrain import drain_spool
 from gateway.statepub import RawPublish, StateAcks
 from gateway.uplink import UplinkMonitor
 
 log = structlog.get_logger("mavjet.nats")
 
-DRAIN_BATCH = 256
 # Events waiting for the spool writer. The writer takes the whole queue per
 # transaction, so the queue only grows while one write is slow; far above any
 # burst the vehicles produce (a burst is a few events per vehicle).
@@ -329,39 +329,18 @@ class Publisher:
         js = self.js
         if js is None or not self.is_connected:
             return 0
-        total = 0
-        while True:
-            batch = await self.spool.peek(DRAIN_BATCH)
-            if not batch:
-                return total
-            futs = []
-            for e in batch:
-                hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": e.msg_id}
-                futs.append(await js.publish_async(e.subject, e.payload, headers=hdrs))
-            last_ok = None
-            t0 = time.monotonic()
-            try:
-                with anyio.fail_after(self.cfg.publish_timeout_s):
-                    for e, fut in zip(batch, futs, strict=True):
-                        await fut
-                        last_ok = e.rowid
-            except Exception as exc:
-                self.metrics.publishes.labels(kind="event", result="error").inc()
-                log.warning("event_publish_failed", error=f"{type(exc).__name__}: {exc}", spooled=self.spool.depth)
-                for f in futs:
-                    f.cancel()
-                if last_ok is not None:
-                    await self.spool.remove_upto(last_ok)
-                raise
-            finally:
-                n_ok = 0 if last_ok is None else sum(1 for e in batch if e.rowid <= last_ok)
-                if n_ok:
-                    self.metrics.publishes.labels(kind="event", result="acked").inc(n_ok)
-                    self.metrics.publish_latency.labels(kind="event").observe((time.monotonic() - t0) / max(1, n_ok))
-            await self.spool.remove_upto(batch[-1].rowid)
-            self.events_published += len(batch)
-            total += len(batch)
-            self.metrics.spool_depth.set(self.spool.depth)
+        return await drain_spool(self.spool, js, timeout_s=self.cfg.publish_timeout_s,
+                                 on_acked=self._events_acked, on_error=self._event_publish_failed)
+
+    def _events_acked(self, n: int, elapsed_s: float) -> None:
+        self.metrics.publishes.labels(kind="event", result="acked").inc(n)
+        self.metrics.publish_latency.labels(kind="event").observe(elapsed_s / n)
+        self.events_published += n
+        self.metrics.spool_depth.set(self.spool.depth)
+
+    def _event_publish_failed(self, exc: Exception) -> None:
+        self.metrics.publishes.labels(kind="event", result="error").inc()
+        log.warning("event_publish_failed", error=f"{type(exc).__name__}: {exc}", spooled=self.spool.depth)
 
     async def spool_drainer(self) -> None:
         backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)

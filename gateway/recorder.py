@@ -12,7 +12,7 @@ A sample is the newest position the twin holds, timed by when the gateway
 received it (the gateway clock, gateway/clock.py); a position older than the
 last sample is not sampled again, so a vehicle whose link is down records
 nothing rather than repeating itself. The payload is the usual envelope
-(`gateway.contract.envelope`) with a small `data` map (`track_sample`): about
+(`gateway.contract.envelope`) with a small `data` map (`gateway.contract.tracks`): about
 180 bytes, 340 stored (docs/analytics.md, Flight recorder).
 
 Never blocking telemetry: sampling reads the twin's fields (no I/O) on this
@@ -29,10 +29,8 @@ not push events out of the event spool.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import structlog
@@ -40,58 +38,19 @@ from anyio.abc import TaskStatus
 
 from drivers.mavlink.backoff import Backoff
 from gateway.config import GatewayConfig
-from gateway.contract import envelope
-from gateway.contract.envelope import CONTENT_TYPE
 from gateway.contract.subjects import TRACKS_STREAM, track_subject
+from gateway.contract.tracks import encode_sample, track_msg_id, track_sample
 from gateway.services import ServiceContext, TelemetryView
 from gateway.spool import Spool
+from gateway.spooldrain import drain_spool
 from gateway.telemetry import Event
 
 log = structlog.get_logger("mavjet.recorder")
 
-DRAIN_BATCH = 256
 TRACKS_SPOOL = "tracks.sqlite"
 
-
-def _num(v: Any, ndigits: int) -> int | float | None:
-    """A number as small as msgpack can pack it: an int when whole (1 byte for 0..127), else rounded."""
-    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    r = round(float(v), ndigits)
-    return int(r) if r.is_integer() and abs(r) < 2**31 else r
-
-
-def track_sample(position: Mapping[str, Any], battery: Mapping[str, Any] | None, *, armed: bool) -> dict[str, Any]:
-    """The `data` of one track sample, from the twin's position and battery channels.
-
-    Keys follow the contract's names and units (docs/design.md, Tracks), so a
-    reader decodes them like any event's snapshot: lat_deg, lon_deg (full
-    precision), alt_m (above home), alt_msl_m, groundspeed_m_s, heading_deg,
-    battery_pct, voltage_v, armed. Unknown values are left out, and whole
-    numbers travel as ints, which keeps a sample compact.
-    """
-    data: dict[str, Any] = {"lat_deg": position.get("lat_deg"), "lon_deg": position.get("lon_deg")}
-    for key, src, nd in (("alt_m", "alt_m", 2), ("alt_msl_m", "alt_msl_m", 2),
-                         ("groundspeed_m_s", "groundspeed_m_s", 2), ("heading_deg", "heading_deg", 0)):
-        v = _num(position.get(src), nd)
-        if v is not None:
-            data[key] = v
-    if battery:
-        for key, src, nd in (("battery_pct", "remaining_pct", 0), ("voltage_v", "voltage_v", 2)):
-            v = _num(battery.get(src), nd)
-            if v is not None:
-                data[key] = v
-    data["armed"] = armed
-    return data
-
-
-def encode_sample(vid: str, time_ns: int, data: dict[str, Any]) -> bytes:
-    return envelope.pack(vid, time_ns, data)
-
-
-def track_msg_id(vid: str, time_ns: int) -> str:
-    """Deterministic: a sample republished after an outage is dropped by the stream's duplicate window."""
-    return f"{vid}:track:{time_ns}"
+# The sample format is the contract's (shared with `mavjet synth`); re-exported for this module's callers.
+__all__ = ["TRACKS_SPOOL", "TrackRecorder", "encode_sample", "track_msg_id", "track_sample"]
 
 
 class TrackRecorder:
@@ -156,30 +115,12 @@ class TrackRecorder:
         js = ctx.nats.js
         if js is None or not ctx.nats.is_connected:
             return 0
-        total = 0
-        while True:
-            batch = await self.spool.peek(DRAIN_BATCH)
-            if not batch:
-                return total
-            futs = [await js.publish_async(e.subject, e.payload, headers={"Content-Type": CONTENT_TYPE,
-                                                                           "Nats-Msg-Id": e.msg_id})
-                    for e in batch]
-            last_ok = None
-            try:
-                with anyio.fail_after(self.cfg.publish_timeout_s):
-                    for e, fut in zip(batch, futs, strict=True):
-                        await fut
-                        last_ok = e.rowid
-            finally:
-                if last_ok is None:
-                    for f in futs:
-                        f.cancel()
-                else:
-                    n = sum(1 for e in batch if e.rowid <= last_ok)
-                    await self.spool.remove_upto(last_ok)
-                    self.published += n
-                    total += n
-                    ctx.metrics.publishes.labels(kind="track", result="acked").inc(n)
+        return await drain_spool(self.spool, js, timeout_s=self.cfg.publish_timeout_s,
+                                 on_acked=partial(self._acked, ctx))
+
+    def _acked(self, ctx: ServiceContext, n: int, _elapsed_s: float) -> None:
+        self.published += n
+        ctx.metrics.publishes.labels(kind="track", result="acked").inc(n)
 
     async def _drainer(self, ctx: ServiceContext) -> None:
         backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)

@@ -6,10 +6,10 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
@@ -32,7 +32,7 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 
 @pytest.fixture
 async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await nats.connect(nats_server.url, connect_timeout=2, max_reconnect_attempts=5)
+    client = await open_client(nats_server.url, connect_timeout=2, max_reconnect_attempts=5)
     try:
         yield client
     finally:

@@ -7,6 +7,7 @@ Defaults come from MAVJET_NATS, read here in the CLI layer only.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import os
@@ -18,8 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import nats
-from nats.aio.client import Client
+from nats.aio.client import PING_PROTO, Client
 
 from gateway.contract.errors import ConfigError, MavjetError
 from gateway.contract.redact import redact
@@ -185,6 +185,36 @@ def creds_inbox_prefix(creds_file: str) -> str | None:
     return inbox_prefix_for_name(name)
 
 
+class OrderedFlushClient(Client):
+    """nats-py's Client whose PING (`flush()`, keep-alive) queues behind the commands already buffered.
+
+    nats-py 2.16 writes PING straight to the socket while SUB and PUB wait in
+    its write buffer for the flusher task, so the PONG that ends `flush()`
+    can come back before the server has seen a SUB made just before it. A
+    subscriber on one connection that flushes and then lets another
+    connection publish would miss those messages (tests caught it: 0 of 23
+    states seen, while the stream had acked them). nats.py2 fixed the same
+    bug in 2017 by sending the PING through the flusher; this does the same.
+    `tests/contract/test_natsconn_flush.py` checks the order and that the
+    private names this relies on are still there.
+    """
+
+    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+        self._pongs.append(future)
+        self._pending.append(PING_PROTO)
+        self._pending_data_size += len(PING_PROTO)
+        await self._flush_pending()
+
+
+async def open_client(servers: str | list[str] = DEFAULT_NATS, **kwargs: Any) -> Client:
+    """`nats.connect(servers, **kwargs)` with an OrderedFlushClient: every mavjet connection is made here."""
+    nc = OrderedFlushClient()
+    await nc.connect(servers, **kwargs)
+    return nc
+
+
 def connect_kwargs(opts: NatsOptions, **extra: Any) -> dict[str, Any]:
     """The arguments of `nats.connect` for `opts`: the one place they are spelled out.
 
@@ -232,7 +262,7 @@ async def connect(opts: NatsOptions, *, deadline_s: float | None = None, **extra
 
     try:
         with anyio.fail_after(deadline):
-            nc = await nats.connect(**connect_kwargs(opts, error_cb=error_cb, **extra))
+            nc = await open_client(**connect_kwargs(opts, error_cb=error_cb, **extra))
     except TimeoutError as exc:
         why = f"; last error: {describe_error(last[0])}" if last else ""
         raise NatsUnavailable(opts.servers, f"no server answered within {deadline:.0f}s{why}") from exc

@@ -26,11 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-import nats
 from nats.aio.client import Client
 
 from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import NatsOptions, connect_kwargs
+from gateway.contract.natsconn import NatsOptions, connect_kwargs, open_client
 from gateway.contract.units import parse_duration_s
 from gateway.ops import auth
 from gateway.ops.fleet import show
@@ -84,7 +83,7 @@ def _use_commands(choice: str) -> bool:
 
 async def _connect(url: str, creds: Path | None) -> Client:
     opts = NatsOptions(servers=(url,), creds_file=None if creds is None else str(creds))
-    return await nats.connect(**connect_kwargs(opts))
+    return await open_client(**connect_kwargs(opts))
 
 
 async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands: bool,

@@ -21,7 +21,7 @@ from gateway.logstore import fetch_log, split_object
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from sim.logs import LOG_DATA_BYTES
-from tests.support.commands import ENV, command_rig, ready_to_fly
+from tests.support.commands import ENV, command_rig
 from tests.support.wait import wait_for
 
 VID = "VID-001"
@@ -85,10 +85,7 @@ async def test_latest_log_is_stored_byte_identical_and_set_mode_is_not_held_up(
 async def test_refused_while_armed(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
         await rig.link_known(VID)
-        await ready_to_fly(rig.fleet)
-        for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {})):
-            assert (await rig.call(VID, name, params)).accepted
-        await wait_for(lambda: rig.gw.twins[VID].model.armed is True, timeout_s=10)
+        await rig.armed_in_guided(VID)
         r = await rig.call(VID, "log_download", {})
         assert r.result == "rejected" and "disarmed" in r.detail and "armed" in r.detail
         assert rig.vehicle(VID).logs.requests == []

@@ -12,7 +12,7 @@ from gateway.contract.commands import decode_command
 from gateway.ops.natsserver import NatsServer
 from sim.logs import LogServer, SimLog, synthetic_log
 from tests.commands.test_log_download import VID, mavjet_logs, with_logs
-from tests.support.commands import ENV, command_rig, ready_to_fly
+from tests.support.commands import ENV, command_rig
 from tests.support.wait import wait_for
 
 
@@ -42,10 +42,7 @@ async def test_refused_while_armed(provisioned: Client, nats_server: NatsServer,
     """ArduPilot answers no LOG_REQUEST_LIST while armed (STATUSTEXT "Disarm for log download"): refused, not timed out."""
     async with command_rig(provisioned, nats_server.url, tmp_path / "state", configure=with_logs) as rig:
         await rig.link_known(VID)
-        await ready_to_fly(rig.fleet)
-        for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {})):
-            assert (await rig.call(VID, name, params)).accepted
-        await wait_for(lambda: rig.gw.twins[VID].model.armed is True, timeout_s=10)
+        await rig.armed_in_guided(VID)
         r = await rig.call(VID, "log_list")
         assert r.result == "rejected" and "disarmed" in r.detail and "armed" in r.detail, r
 

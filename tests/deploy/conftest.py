@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer, free_port
 from tests.support.cluster import NatsCluster, cluster_config, wait_jetstream_ready
 
@@ -48,7 +48,7 @@ def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
 @pytest.fixture
 async def cluster_nc(nats_cluster: NatsCluster) -> AsyncIterator[Client]:
     """A client that knows every node and keeps reconnecting through failovers."""
-    nc = await nats.connect(
+    nc = await open_client(
         servers=nats_cluster.urls,
         connect_timeout=2,
         reconnect_time_wait=0.2,

@@ -10,13 +10,13 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
 from nats.js.errors import NotFoundError
 
 from gateway.contract import envelope
+from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import cmd_subject, event_subject, shadow_key, state_subject
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.restore import replay_headers
@@ -29,7 +29,7 @@ BIG = bytes((i * 7 + 3) % 251 for i in range(300_000))  # 3 chunks of 128KB
 async def target(tmp_path: Path) -> AsyncIterator[tuple[NatsServer, Client]]:
     srv = NatsServer(store_dir=str(tmp_path / "target-js"), log_file=str(tmp_path / "target.log"))
     srv.start()
-    nc = await nats.connect(srv.url, connect_timeout=2)
+    nc = await open_client(srv.url, connect_timeout=2)
     try:
         yield srv, nc
     finally:
@@ -165,7 +165,7 @@ async def test_messages_sharing_an_id_are_both_restored(nc: Client, nats_server:
 
 def test_damaged_or_incomplete_backup_is_refused(nats_server: NatsServer, tmp_path: Path) -> None:
     async def setup() -> None:
-        client = await nats.connect(nats_server.url)
+        client = await open_client(nats_server.url)
         try:
             await client.jetstream().add_stream(jsapi.StreamConfig(name="TWIN_X", subjects=["x.>"]))
             for i in range(3):

@@ -26,6 +26,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
@@ -154,8 +155,8 @@ async def test_events_recorded_during_an_uplink_cut_reach_the_hub_once_and_in_or
     hub: tuple[NatsServer, int], proxy: Proxy, leaf: NatsServer,
 ) -> None:
     flying: asyncio.Future[None] | None = None
-    hub_nc: Client = await nats.connect(hub[0].url, connect_timeout=2)
-    leaf_nc: Client = await nats.connect(leaf.url, connect_timeout=2)
+    hub_nc: Client = await open_client(hub[0].url, connect_timeout=2)
+    leaf_nc: Client = await open_client(leaf.url, connect_timeout=2)
     try:
         hub_js, leaf_js = hub_nc.jetstream(), leaf_nc.jetstream()
         # The companion: its own TWIN_EVENTS in its own domain (what `mavjet provision

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
 from gateway.contract import envelope
+from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import cmd_subject, event_subject, shadow_key
 from gateway.ops.migrate import mirror_config, promoted_config
 from gateway.ops.natsserver import NatsServer, free_port
@@ -51,8 +51,8 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
                      log_file=str(tmp_path / "src.log")).start()
     dst = NatsServer(config_file=str(tmp_path / "dst.conf"), store_dir=str(tmp_path / "dst"),
                      log_file=str(tmp_path / "dst.log")).start()
-    src_nc = await nats.connect(src.url)
-    dst_nc = await nats.connect(dst.url)
+    src_nc = await open_client(src.url)
+    dst_nc = await open_client(dst.url)
     try:
         # Wait for the leaf link: the source's JetStream API answers through the target.
         for _ in range(100):

@@ -18,6 +18,7 @@ from nats.js import api as jsapi
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.contract.natsconn import open_client
 from gateway.ops.health import (
     ConsumerHealth,
     Health,
@@ -232,9 +233,8 @@ async def test_monitor_exports_live_health(provisioned: Client, nats_server: Nat
 
 def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> None:
     async def setup() -> None:
-        import nats
 
-        nc = await nats.connect(nats_server.url)
+        nc = await open_client(nats_server.url)
         try:
             from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 

@@ -8,9 +8,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import nats
 import pytest
 
+from gateway.contract.natsconn import open_client
 from gateway.ops import auth
 from gateway.ops.natsserver import NatsServer, nats_server_binary
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
@@ -95,7 +95,7 @@ async def test_single_node_config_runs_and_takes_the_twin(tmp_path: Path) -> Non
                     .replace('store_dir: "jetstream"', ""))
     srv = NatsServer(config_file=str(conf), store_dir=str(tmp_path / "js"), log_file=str(tmp_path / "log"))
     with srv:
-        nc = await nats.connect(srv.url, connect_timeout=2)
+        nc = await open_client(srv.url, connect_timeout=2)
         try:
             actions = await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env="prod", replicas=1))
             assert {a.verb for a in actions} == {"create"}

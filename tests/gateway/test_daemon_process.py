@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-import nats
 from nats.aio.client import Client
 
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, wait_for_async
@@ -71,7 +71,7 @@ async def test_sigterm_stops_intake_drains_and_exits_zero(
     assert rc == 0, err.decode()[-2000:]
     assert stop_s < 15
     assert b"gateway_stopped" in err
-    nc = await nats.connect(nats_server.url)
+    nc = await open_client(nats_server.url)
     try:
         events = await collect_events(nc)
     finally:

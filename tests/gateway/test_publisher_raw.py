@@ -7,14 +7,13 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from drivers.mavlink.transport import READ_SIZE, Endpoint, TcpTransport, open_transport
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract import envelope
-from gateway.contract.natsconn import NatsOptions
+from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import STATE_STREAM, state_subject
 from gateway.metrics import GatewayMetrics
 from gateway.ops.natsserver import NatsServer
@@ -42,7 +41,7 @@ async def _collect(url: str, subject: str, n: int, send: object) -> list[Msg]:
         if len(got) >= n:
             done.set()
 
-    watcher = await nats.connect(url)
+    watcher = await open_client(url)
     try:
         await watcher.subscribe(subject, cb=on)
         await watcher.flush()

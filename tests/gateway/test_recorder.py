@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
@@ -28,6 +27,7 @@ from drivers.mavlink.dialect import mavlink2 as m
 from gateway.config import ENV_TRACK_HZ, GatewayConfig, build_config, resolve_config
 from gateway.contract.envelope import unpack
 from gateway.contract.errors import ConfigError
+from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import TRACKS_STREAM, track_subject
 from gateway.daemon import Gateway
 from gateway.ops.natsserver import NatsServer
@@ -181,7 +181,7 @@ async def test_samples_at_track_hz_only_while_armed_through_an_outage(
             await asyncio.sleep(1.5)  # disarmed again: no more samples
             assert rec.samples == taken
             await wait_for(lambda: rec.spool.depth == 0, 20)
-        nc = await nats.connect(nats_server.url)
+        nc = await open_client(nats_server.url)
         try:
             track = await read_track(nc, "VID-001")
             events = await collect_events(nc)
@@ -231,7 +231,7 @@ async def test_track_hz_zero_records_nothing(provisioned: Client, nats_server: N
 
 
 async def test_missing_stream_holds_back_no_event_and_samples_wait(nats_server: NatsServer, tmp_path: Path) -> None:
-    nc = await nats.connect(nats_server.url)
+    nc = await open_client(nats_server.url)
     try:
         defs = load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1)
         await provision(nc.jetstream(), [d for d in defs if d.name != TRACKS_STREAM])  # a server from before

@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import anyio
-import nats
 from nats.aio.client import Client
 
 from gateway.budget import EventBudgetConfig
 from gateway.contract import envelope
+from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import event_subject
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig, SimFleet
@@ -58,7 +58,7 @@ async def test_cmd_result_survives_another_vehicles_flood_during_an_outage(
             await wait_for(lambda: gw.spool.depth == 0, 30)
             assert gw.spool.episode is None  # drained below the bound: the episode is over
 
-    nc = await nats.connect(nats_server.url)
+    nc = await open_client(nats_server.url)
     try:
         events = await collect_events(nc)
     finally:

@@ -12,6 +12,7 @@ import anyio.to_thread
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2 as m
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.read import current_state
 from gateway.telemetry import TelemetryModel
@@ -178,9 +179,8 @@ async def test_nats_restart_under_running_gateway(provisioned: Client, nats_serv
             await wait_for(lambda: gw.spool.depth == 0, 20)
             await wait_for(lambda: gw.publisher.state_published > published + 20, 20)
         await anyio.sleep(0.2)
-    import nats
 
-    nc = await nats.connect(nats_server.url)
+    nc = await open_client(nats_server.url)
     try:
         events = await collect_events(nc)
     finally:
@@ -198,11 +198,10 @@ async def test_nats_unreachable_at_start_then_spool_flushes(nats_server: NatsSer
             assert twin.link.is_up and not gw.publisher.is_connected  # MAVLink flows without NATS
             await wait_for(lambda: gw.spool.depth >= 1, 10)  # gateway_started at least
             nats_server.start()
-            import nats
 
             from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
-            nc = await nats.connect(nats_server.url)
+            nc = await open_client(nats_server.url)
             await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
             await wait_for(lambda: gw.publisher.is_connected, 30)
             await wait_for(lambda: gw.spool.depth == 0, 30)

@@ -2,7 +2,7 @@
 
 What crosses the wire is counted by a second connection subscribed to the
 bucket's chunk subjects (`$O.TWIN_BLOBS.C.>`), independently of the client's
-own figures.
+own figures (the rig: tests/support/transfer.py).
 """
 
 from __future__ import annotations
@@ -13,58 +13,23 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from gateway import blobs
 from gateway.blobs import BlobError, BlobFailure, chunk_subject, fetch_blob, get_blob, put_blob
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
+from tests.support.transfer import CHUNK, Cut, Wire, corrupt_chunk, cut_after, settle, wire_spy
 
-CHUNK = 4096
 DATA = os.urandom(CHUNK * 10 + 123)  # 11 chunks, the last one short
 HEX = hashlib.sha256(DATA).hexdigest()
 
 
-class Cut(Exception):
-    """The test's stand-in for a link that drops in the middle of a transfer."""
-
-
-class Wire:
-    """Counts chunk messages and bytes published on the bucket's chunk subjects."""
-
-    def __init__(self) -> None:
-        self.msgs = 0
-        self.bytes = 0
-
-    async def cb(self, msg: Msg) -> None:
-        self.msgs += 1
-        self.bytes += len(msg.data)
-
-
 @pytest.fixture
 async def wire(provisioned: Client, nats_server: NatsServer) -> AsyncIterator[Wire]:
-    spy = await nats.connect(nats_server.url, connect_timeout=2)
-    w = Wire()
-    await spy.subscribe("$O.TWIN_BLOBS.C.>", cb=w.cb)
-    await spy.flush()
-    try:
+    async with wire_spy(nats_server.url, "$O.TWIN_BLOBS.C.>") as w:
         yield w
-    finally:
-        await spy.close()
-
-
-async def settle(nc: Client) -> None:
-    await nc.flush()
-    await asyncio.sleep(0.2)
-
-
-def cut_after(chunks: int, chunk_bytes: int = CHUNK) -> blobs.Progress:
-    def progress(done_bytes: int, total_bytes: int) -> None:
-        if done_bytes >= chunks * chunk_bytes and done_bytes < total_bytes:
-            raise Cut
-    return progress
 
 
 async def test_put_twice_sends_once(provisioned: Client, wire: Wire) -> None:
@@ -117,7 +82,7 @@ async def test_a_file_uploads_in_chunks_and_resumes_across_sources(provisioned: 
 
 async def test_upload_killed_by_a_closed_connection_resumes(provisioned: Client, nats_server: NatsServer,
                                                             wire: Wire) -> None:
-    victim = await nats.connect(nats_server.url, connect_timeout=2, allow_reconnect=False)
+    victim = await open_client(nats_server.url, connect_timeout=2, allow_reconnect=False)
     closing: list[asyncio.Task[None]] = []
 
     def close_after_3(done_bytes: int, total_bytes: int) -> None:
@@ -161,22 +126,7 @@ async def test_a_plain_object_store_object_downloads_too(provisioned: Client, tm
 async def test_a_corrupted_chunk_is_detected(provisioned: Client, tmp_path: Path) -> None:
     js = provisioned.jetstream()
     await put_blob(js, DATA, alias="maps/bad.bin", chunk_bytes=CHUNK)
-    # Rewrite the stored chunks with one byte of chunk 3 flipped, as a damaged
-    # disk would leave them (headers kept: they are what the uploader wrote).
-    subj = chunk_subject(HEX)
-    stored = []
-    seq = 1
-    for _ in range(11):
-        m = await js.get_msg(blobs.STREAM, seq=seq, subject=subj, next=True)
-        stored.append((m.data or b"", dict(m.headers or {})))
-        seq = (m.seq or 0) + 1
-    await js.purge_stream(blobs.STREAM, subject=subj)
-    for i, (body, headers) in enumerate(stored):
-        if i == 3:
-            body = body[:10] + bytes([body[10] ^ 0xFF]) + body[11:]
-        headers.pop("Nats-Expected-Last-Subject-Sequence", None)
-        headers.pop("Nats-Msg-Id", None)
-        await js.publish(subj, body, headers=headers)
+    await corrupt_chunk(js, blobs.STREAM, chunk_subject(HEX), chunks=11, index=3)
     with pytest.raises(BlobError) as err:
         await get_blob(js, "maps/bad.bin", tmp_path / "bad.bin")
     assert err.value.kind is BlobFailure.CORRUPT and "chunk 3" in err.value.detail

@@ -4,71 +4,35 @@ The chunk code is TWIN_BLOBS's (`gateway.blobs.put_chunks` / `get_chunks`);
 these tests show it holds for the per-vehicle subjects, with the journal read
 by a direct get of the last chunk (what a scoped vehicle credential may do)
 and chunks read through a filtered consumer. What crosses the wire is counted
-by a second connection subscribed to the logs subjects.
+by a second connection subscribed to the logs subjects (the rig: tests/support/transfer.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from gateway import logstore
-from gateway.blobs import BlobError, BlobFailure, Progress
+from gateway.blobs import BlobError, BlobFailure
 from gateway.contract.subjects import LOGS_STREAM, log_chunk_subject, log_record_subject
 from gateway.ops.natsserver import NatsServer
+from tests.support.transfer import CHUNK, Cut, Wire, corrupt_chunk, cut_after, settle, wire_spy
 
 ENV = "test"
-CHUNK = 4096
 DATA = os.urandom(CHUNK * 10 + 123)  # 11 chunks, the last one short
 HEX = hashlib.sha256(DATA).hexdigest()
 NAME = "7-20261123T101010Z.bin"
 
 
-class Cut(Exception):
-    """A link that drops in the middle of a transfer."""
-
-
-class Wire:
-    def __init__(self) -> None:
-        self.chunks = 0
-        self.bytes = 0
-
-    async def cb(self, msg: Msg) -> None:
-        if ".logs.c." in msg.subject:
-            self.chunks += 1
-            self.bytes += len(msg.data)
-
-
 @pytest.fixture
 async def wire(provisioned: Client, nats_server: NatsServer) -> AsyncIterator[Wire]:
-    spy = await nats.connect(nats_server.url, connect_timeout=2)
-    w = Wire()
-    await spy.subscribe(f"fleet.{ENV}.veh.*.logs.>", cb=w.cb)
-    await spy.flush()
-    try:
+    async with wire_spy(nats_server.url, f"fleet.{ENV}.veh.*.logs.>", only=".logs.c.") as w:
         yield w
-    finally:
-        await spy.close()
-
-
-async def settle(nc: Client) -> None:
-    await nc.flush()
-    await asyncio.sleep(0.2)
-
-
-def cut_after(chunks: int) -> Progress:
-    def progress(done_bytes: int, total_bytes: int) -> None:
-        if chunks * CHUNK <= done_bytes < total_bytes:
-            raise Cut
-    return progress
 
 
 async def test_interrupted_upload_resumes_at_the_last_stored_chunk(provisioned: Client, wire: Wire) -> None:
@@ -76,12 +40,12 @@ async def test_interrupted_upload_resumes_at_the_last_stored_chunk(provisioned: 
     with pytest.raises(Cut):
         await logstore.put_log(js, ENV, "VID-001", NAME, DATA, log_id=7, chunk_bytes=CHUNK, progress=cut_after(4))
     await settle(provisioned)
-    assert wire.chunks == 4
+    assert wire.msgs == 4
     assert await logstore.read_record(js, ENV, "VID-001", NAME) is None  # not listed until complete
     done = await logstore.put_log(js, ENV, "VID-001", NAME, DATA, log_id=7, chunk_bytes=CHUNK)
     await settle(provisioned)
     assert (done.resumed_at_chunk, done.sent_chunks, done.sent_bytes) == (4, 7, len(DATA) - 4 * CHUNK)
-    assert (wire.chunks, wire.bytes) == (11, len(DATA)), "only the missing chunks were sent"
+    assert (wire.msgs, wire.bytes) == (11, len(DATA)), "only the missing chunks were sent"
     state = await js.stream_info(LOGS_STREAM, subjects_filter=log_chunk_subject(ENV, "VID-001", HEX))
     assert state.state.subjects == {log_chunk_subject(ENV, "VID-001", HEX): 11}
     again = await logstore.put_log(js, ENV, "VID-001", NAME, DATA, log_id=7, chunk_bytes=CHUNK)
@@ -122,19 +86,7 @@ async def test_listing_is_per_vehicle_and_newest_record_wins(provisioned: Client
 async def test_a_corrupted_chunk_is_detected(provisioned: Client, tmp_path: Path) -> None:
     js = provisioned.jetstream()
     await logstore.put_log(js, ENV, "VID-001", NAME, DATA, chunk_bytes=CHUNK)
-    subj = log_chunk_subject(ENV, "VID-001", HEX)
-    stored, seq = [], 1
-    for _ in range(11):
-        m = await js.get_msg(LOGS_STREAM, seq=seq, subject=subj, next=True)
-        stored.append((m.data or b"", dict(m.headers or {})))
-        seq = (m.seq or 0) + 1
-    await js.purge_stream(LOGS_STREAM, subject=subj)
-    for i, (body, headers) in enumerate(stored):
-        if i == 3:
-            body = body[:10] + bytes([body[10] ^ 0xFF]) + body[11:]
-        headers.pop("Nats-Expected-Last-Subject-Sequence", None)
-        headers.pop("Nats-Msg-Id", None)
-        await js.publish(subj, body, headers=headers)
+    await corrupt_chunk(js, LOGS_STREAM, log_chunk_subject(ENV, "VID-001", HEX), chunks=11, index=3)
     with pytest.raises(BlobError) as err:
         await logstore.get_log(js, ENV, "VID-001", NAME, tmp_path / "bad.bin")
     assert err.value.kind is BlobFailure.CORRUPT and "chunk 3" in err.value.detail

@@ -8,11 +8,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.js import api as jsapi
 
 from gateway.contract.errors import MavjetError
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, ProvisionTooLarge, load_definitions, provision
 from gateway.ops.reserve import GiB, headroom_bytes, reservable
@@ -46,7 +46,7 @@ def test_presets_and_explicit_sizes_set_max_bytes() -> None:
 
 
 async def test_headroom_is_measured_without_leaving_anything(small_server: NatsServer) -> None:
-    nc = await nats.connect(small_server.url)
+    nc = await open_client(small_server.url)
     try:
         js = nc.jetstream()
         assert await reservable(js, 1 * GiB) and not await reservable(js, 100 * GiB)
@@ -58,7 +58,7 @@ async def test_headroom_is_measured_without_leaving_anything(small_server: NatsS
 
 
 async def test_too_large_is_refused_with_numbers_before_anything_changes(small_server: NatsServer) -> None:
-    nc = await nats.connect(small_server.url)
+    nc = await open_client(small_server.url)
     try:
         js = nc.jetstream()
         defs = load_definitions(DEFINITIONS_DIR, env="t", replicas=1)
@@ -78,7 +78,7 @@ async def test_too_large_is_refused_with_numbers_before_anything_changes(small_s
 
 
 async def test_a_failure_midway_is_undone(small_server: NatsServer) -> None:
-    nc = await nats.connect(small_server.url)
+    nc = await open_client(small_server.url)
     try:
         js = nc.jetstream()
         # Something else holds a subject TWIN_STATE wants: its create fails after others were created.

@@ -6,11 +6,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import NatsOptions, connect_kwargs
+from gateway.contract.natsconn import NatsOptions, connect_kwargs, open_client
 from gateway.ops import auth
 from gateway.ops.natsserver import DEV_CONFIG, NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
@@ -35,7 +34,7 @@ class Secured:
         async def keep(exc: Exception) -> None:
             errors.append(exc)
 
-        nc = await nats.connect(**connect_kwargs(self.options(name), error_cb=keep, allow_reconnect=False))
+        nc = await open_client(**connect_kwargs(self.options(name), error_cb=keep, allow_reconnect=False))
         nc._mavjet_errors = errors  # type: ignore[attr-defined]
         return nc
 

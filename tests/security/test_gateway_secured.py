@@ -7,8 +7,6 @@ reconciled and `reported` written) and trips no permission anywhere.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,13 +14,12 @@ import pytest
 from gateway.contract.subjects import (
     EVENTS_STREAM,
     SHADOW_BUCKET,
-    STATE_STREAM,
     shadow_key,
-    state_filter,
 )
 from gateway.ops.client import CommandClient
 from sim.fleet import SimConfig, SimFleet
 from tests.security.conftest import ENV, Secured
+from tests.support.gwprocess import gateway_process, state_published
 from tests.support.wait import wait_for_async
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,23 +27,13 @@ pytestmark = pytest.mark.timeout(120)
 
 async def test_gateway_serves_its_vehicle_with_a_vehicle_credential(hub: Secured, tmp_path: Path) -> None:
     log = tmp_path / "gateway.log"
-    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet:
-        with log.open("wb") as out:
-            proc = subprocess.Popen(  # noqa: ASYNC220 - a child process for the whole test
-                [sys.executable, "-m", "gateway", "gateway", "--vehicle", f"VID-001={fleet.endpoints[0]}",
-                 "--nats", hub.server.url, "--env", ENV, "--creds", hub.creds("VID-001"),
-                 "--state-dir", str(tmp_path / "state"), "--instance", "secured-gw", "--log-json"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet, gateway_process(
+            vid="VID-001", endpoint=fleet.endpoints[0], url=hub.server.url, env=ENV, creds=hub.creds("VID-001"),
+            state_dir=tmp_path / "state", instance="secured-gw", log=log):
         op, admin = await hub.connect("operator"), await hub.connect("admin")
         try:
             ajs = admin.jetstream()
-
-            async def state_published() -> bool:
-                info = await ajs.stream_info(STATE_STREAM, subjects_filter=state_filter(ENV, "VID-001"))
-                return bool(info.state.subjects)
-
-            await wait_for_async(state_published, timeout_s=40)
+            await state_published(ajs, ENV, "VID-001")
 
             async with CommandClient(op, ENV, issuer="pytest") as client:
                 result = await client.call("VID-001", "set_mode", {"mode": "GUIDED"}, timeout_s=30)
@@ -69,8 +56,6 @@ async def test_gateway_serves_its_vehicle_with_a_vehicle_credential(hub: Secured
         finally:
             await op.close()
             await admin.close()
-            proc.terminate()
-            proc.wait(timeout=20)
     text = log.read_text()
     assert "permissions violation" not in text.lower(), text[-3000:]
     assert "Violation" not in hub.log(), [ln for ln in hub.log().splitlines() if "Violation" in ln]

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.contract.subjects import STATE_STREAM, state_filter
 from sim.fleet import SimConfig, SimFleet
 from tests.security.conftest import ENV, Secured
-from tests.support.wait import wait_for_async
+from tests.support.gwprocess import gateway_process, state_published
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,23 +31,12 @@ def mavjet_logs(hub: Secured, creds: str, *args: str) -> subprocess.CompletedPro
 
 async def test_log_download_under_auth_is_byte_identical(hub: Secured, tmp_path: Path) -> None:
     log = tmp_path / "gateway.log"
-    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet:
-        with log.open("wb") as out:
-            proc = subprocess.Popen(  # noqa: ASYNC220 - a child process for the whole test
-                [sys.executable, "-m", "gateway", "gateway", "--vehicle", f"VID-001={fleet.endpoints[0]}",
-                 "--nats", hub.server.url, "--env", ENV, "--creds", hub.creds("VID-001"),
-                 "--state-dir", str(tmp_path / "state"), "--instance", "secured-logs", "--log-json"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet, gateway_process(
+            vid="VID-001", endpoint=fleet.endpoints[0], url=hub.server.url, env=ENV, creds=hub.creds("VID-001"),
+            state_dir=tmp_path / "state", instance="secured-logs", log=log):
         admin = await hub.connect("admin")
         try:
-            ajs = admin.jetstream()
-
-            async def state_published() -> bool:
-                info = await ajs.stream_info(STATE_STREAM, subjects_filter=state_filter(ENV, "VID-001"))
-                return bool(info.state.subjects)
-
-            await wait_for_async(state_published, timeout_s=40)
+            await state_published(admin.jetstream(), ENV, "VID-001")
             held = fleet.vehicles[0].logs.logs
             listed = await asyncio.to_thread(mavjet_logs, hub, "operator", "ls", "VID-001", "--json")
             assert listed.returncode == 0, listed.stderr
@@ -74,8 +62,6 @@ async def test_log_download_under_auth_is_byte_identical(hub: Secured, tmp_path:
             assert viewer.returncode != 0 and "Traceback" not in viewer.stderr
         finally:
             await admin.close()
-            proc.terminate()
-            proc.wait(timeout=20)
     text = log.read_text()
     assert "permissions violation" not in text.lower(), text[-3000:]
     violations = [ln for ln in hub.log().splitlines() if "Violation" in ln]

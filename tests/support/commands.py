@@ -58,6 +58,13 @@ class Rig:
         twin = self.gw.twins[vid]
         await wait_for(lambda: twin.link.is_up and twin.model.armed is not None, timeout_s=timeout_s)
 
+    async def armed_in_guided(self, vid: str, timeout_s: float = 10.0) -> None:
+        """Pre-arm checks passed, GUIDED set and the vehicle armed, as the gateway's twin sees it."""
+        await ready_to_fly(self.fleet)
+        for name, params in (("set_mode", {"mode": "GUIDED"}), ("arm", {})):
+            assert (await self.call(vid, name, params)).accepted
+        await wait_for(lambda: self.gw.twins[vid].model.armed is True, timeout_s=timeout_s)
+
 
 async def ready_to_fly(fleet: SimFleet, timeout_s: float = 20.0) -> None:
     """Every vehicle has a 3D fix and a settled EKF (pre-arm checks pass)."""
