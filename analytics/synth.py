@@ -13,7 +13,9 @@ vehicles are generated. `Truth` records what was generated (counts, and if
 asked the flights, failsafes and commands) so tests can check job output
 against the known history. Publishing uses `publish_async` batching with
 `Nats-Msg-Id`, so publishing the same history twice within the stream's
-duplicate window stores it once.
+duplicate window stores it once. With `track_hz` > 0 each flight's track goes
+to TWIN_TRACKS too, sampled like the gateway's recorder samples a real one
+(analytics/synthtrack.py).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from analytics.synthtrack import HOME_ALT_MSL_M, FlightPath, Key, haversine_m, period_ns
 from analytics.truth import ChainTruth, CommandTruth, FailsafeTruth, FlightTruth, Truth
 from gateway.contract.envelope import CONTENT_TYPE, pack
 from gateway.contract.errors import ConfigError
-from gateway.contract.subjects import event_subject
+from gateway.contract.subjects import event_subject, track_subject
+from gateway.contract.tracks import encode_sample, track_msg_id
 
 DAY_NS = 86_400 * 10**9
 MS = 10**6
@@ -90,14 +94,6 @@ class SynthEvent:
     msg_id: str
 
 
-def haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    r = 6_371_000.0
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    dp, dl = p2 - p1, math.radians(lon2 - lon1)
-    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * r * math.asin(min(1.0, math.sqrt(a)))
-
-
 def vid_name(i: int) -> str:
     return f"VID-{i:04d}"
 
@@ -131,6 +127,8 @@ class _Vehicle:
         self.events: list[SynthEvent] = []
         self.cmd_n = 0
         self.day = day
+        self.paths: list[FlightPath] = []  # this day's flights, for the track samples
+        self._keys: list[Key] | None = None  # the flight in progress: its state at each event
 
     # -- building blocks -------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -140,7 +138,7 @@ class _Vehicle:
             "lat_deg": round(self.lat, 7),
             "lon_deg": round(self.lon, 7),
             "alt_m": round(self.alt_m, 2),
-            "alt_msl_m": round(self.alt_m + 488.0, 2),
+            "alt_msl_m": round(self.alt_m + HOME_ALT_MSL_M, 2),
             "battery_pct": round(self.battery_pct, 1),
             "flavour": self.flavour,
         }
@@ -154,6 +152,8 @@ class _Vehicle:
             data.update(extra)
         msg_id = f"{self.vid}:{etype}:{self.t_ns}" + (f":{disc}" if disc else "")
         self.events.append(SynthEvent(self.t_ns, self.vid, etype, data, msg_id))
+        if self._keys is not None:  # recorded only: no random draw, so the history stays as it was
+            self._keys.append(Key(self.t_ns, self.lat, self.lon, self.alt_m, self.battery_pct, etype))
         self.truth.events += 1
         self.truth.by_type[etype] += 1
         chain = self.pending.pop(etype, None)
@@ -224,6 +224,7 @@ class _Vehicle:
         self.armed = True
         start_ns = self.t_ns
         start_batt = self.battery_pct
+        self._keys = []
         self.emit("armed")
         self.advance(1, 3)
         self.set_mode(self.modes["takeoff"], flight_modes)
@@ -312,6 +313,9 @@ class _Vehicle:
              "flight_s": round((self.t_ns - start_ns) / 1e9, 1)},
         )
         end_ns = self.t_ns
+        if self._keys is not None:
+            self.paths.append(FlightPath(self.vid, tuple(self._keys)))
+            self._keys = None
         self.mode = self.modes["ground"]
         self.truth.flights_by_vid[self.vid] += 1
         if self.truth.keep_detail:
@@ -356,20 +360,44 @@ def _weighted(rng: random.Random, table: tuple[tuple[str, int], ...]) -> str:
     return table[-1][0]
 
 
-def generate(cfg: AuditConfig, truth: Truth) -> Iterator[list[SynthEvent]]:
-    """Yield one day of the fleet's history at a time, time-ordered across vehicles."""
+def generate_days(cfg: AuditConfig, truth: Truth) -> Iterator[tuple[list[SynthEvent], list[FlightPath]]]:
+    """Yield one day at a time: its events, time-ordered across vehicles, and its flights' paths."""
     for day in range(cfg.days):
         events: list[SynthEvent] = []
+        paths: list[FlightPath] = []
         for i in range(1, cfg.vehicles + 1):
-            events.extend(_Vehicle(cfg, i, day, truth).day_events())
+            v = _Vehicle(cfg, i, day, truth)
+            events.extend(v.day_events())
+            paths.extend(v.paths)
         events.sort(key=lambda e: (e.time_ns, e.vid))
+        yield events, paths
+
+
+def generate(cfg: AuditConfig, truth: Truth) -> Iterator[list[SynthEvent]]:
+    """Yield one day of the fleet's history at a time, time-ordered across vehicles."""
+    for events, _ in generate_days(cfg, truth):
         yield events
 
 
-async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | None = None) -> int:
-    """Publish the history; returns the number of events published."""
-    n = 0
-    for day in generate(cfg, truth):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Published:
+    events: int
+    track_samples: int
+
+
+async def publish_history(
+    js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | None = None, track_hz: float = 0.0
+) -> Published:
+    """Publish the events and, with `track_hz` > 0, each flight's track samples to TWIN_TRACKS.
+
+    Tracks are not events: they leave `truth` and the `max_events` count
+    alone. When `max_events` cuts the history short, samples stop at the last
+    published event's time, so no track runs ahead of the events it belongs to.
+    """
+    every_ns = period_ns(track_hz) if track_hz > 0 else 0
+    n = samples = 0
+    for day, paths in generate_days(cfg, truth):
+        cut_ns: int | None = None
         for ev in day:
             if max_events is not None and n >= max_events:
                 break
@@ -378,10 +406,26 @@ async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | 
                 event_subject(cfg.env, ev.vid, ev.type), pack(ev.vid, ev.time_ns, ev.data), headers=headers
             )
             n += 1
-        if max_events is not None and n >= max_events:
+            cut_ns = ev.time_ns
+        stopped = max_events is not None and n >= max_events
+        for path in paths if every_ns else ():
+            for t, data in path.samples(every_ns):
+                if stopped and (cut_ns is None or t > cut_ns):
+                    break
+                headers = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": track_msg_id(path.vid, t)}
+                await js.publish_async(track_subject(cfg.env, path.vid), encode_sample(path.vid, t, data),
+                                       headers=headers)
+                samples += 1
+        if stopped:
             break
     await asyncio.wait_for(js.publish_async_completed(), timeout=120)
-    return n
+    return Published(events=n, track_samples=samples)
+
+
+async def publish(js: Any, cfg: AuditConfig, truth: Truth, *, max_events: int | None = None,
+                  track_hz: float = 0.0) -> int:
+    """Publish the history (and tracks with `track_hz` > 0); returns the number of events published."""
+    return (await publish_history(js, cfg, truth, max_events=max_events, track_hz=track_hz)).events
 
 
 def default_end_ns() -> int:
@@ -390,6 +434,7 @@ def default_end_ns() -> int:
 
 
 __all__ = [
-    "AuditConfig", "ChainTruth", "CommandTruth", "FailsafeTruth", "FlightTruth", "SynthEvent", "Truth",
-    "default_end_ns", "generate", "haversine_m", "publish", "vid_name",
+    "AuditConfig", "ChainTruth", "CommandTruth", "FailsafeTruth", "FlightPath", "FlightTruth", "Published",
+    "SynthEvent", "Truth", "default_end_ns", "generate", "generate_days", "haversine_m", "publish",
+    "publish_history", "vid_name",
 ]

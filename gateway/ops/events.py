@@ -1,4 +1,12 @@
-"""`mavjet events`: tail the audit trail (TWIN_EVENTS) in readable form."""
+"""`mavjet events`: tail the audit trail (TWIN_EVENTS) in readable form.
+
+Piped, one plain line an event (`gateway.ops.read.format_event`), the stable
+form scripts read; `--json` one object a line. On a terminal the same events
+in aligned columns (time, vehicle, type, summary), coloured by how much they
+matter: failsafes, breaches and critical/error status text red; warnings,
+link losses and commands that did not go through yellow
+(gateway/ops/console.py decides terminal or not, `MAVJET_PLAIN=1` forces plain).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +14,23 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-from typing import Any
+from collections.abc import Callable
+from enum import StrEnum
+from typing import IO, Any
 
 import anyio
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from gateway.contract import natsconn
 from gateway.contract.errors import ConfigError
-from gateway.contract.subjects import check_token, event_filter
+from gateway.contract.subjects import EVENT_TYPES, check_token, event_filter
 from gateway.contract.units import parse_duration_s, parse_instant
-from gateway.ops.read import Record, format_event, to_record
+from gateway.ops.console import console, is_tty
+from gateway.ops.read import Record, event_summary, event_time, format_event, to_record
 from gateway.ops.runner import run_cli
 
 
@@ -42,6 +56,77 @@ def _instant(key: str, value: str) -> dt.datetime:
         raise ConfigError(key, str(exc)) from None
 
 
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+STYLES = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: ""}
+_CRITICAL_TYPES = frozenset({"failsafe", "geofence_breach"})
+_WARNING_TYPES = frozenset({"link_lost", "shadow_failed", "log_download_failed", "events_suppressed"})
+STATUSTEXT_ERROR = 3  # MAV_SEVERITY: 0 EMERGENCY .. 3 ERROR are critical, 4 WARNING a warning
+STATUSTEXT_WARNING = 4
+
+
+def severity(rec: Record) -> Severity:
+    """How much an event matters to whoever watches the feed (its colour on a terminal)."""
+    if rec.kind in _CRITICAL_TYPES:
+        return Severity.CRITICAL
+    if rec.kind == "statustext":
+        level = rec.data.get("severity")
+        if isinstance(level, int) and not isinstance(level, bool):
+            if level <= STATUSTEXT_ERROR:
+                return Severity.CRITICAL
+            if level == STATUSTEXT_WARNING:
+                return Severity.WARNING
+        return Severity.INFO
+    if rec.kind == "cmd_result" and rec.data.get("result", "accepted") != "accepted":
+        return Severity.WARNING  # refused, failed, timed out: the operator's command did not happen
+    return Severity.WARNING if rec.kind in _WARNING_TYPES else Severity.INFO
+
+
+class RichEvents:
+    """Events as aligned, coloured rows on a terminal; one row printed (and flushed) per event as it arrives."""
+
+    TIME_W = 24  # 2026-11-23T12:30:00.000Z
+    TYPE_W = max(len(t) for t in EVENT_TYPES)  # log_download_progress: no known type is cut
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+        self.vid_w = 10  # as the plain form; grows at a longer id (whole ids beat alignment with rows printed before)
+        self.header = False
+
+    def _grid(self) -> Table:
+        t = Table.grid(padding=(0, 1))
+        t.add_column(width=self.TIME_W, no_wrap=True)
+        t.add_column(width=self.vid_w, no_wrap=True)
+        t.add_column(width=self.TYPE_W, no_wrap=True, overflow="ellipsis")
+        t.add_column(overflow="fold")
+        return t
+
+    def __call__(self, rec: Record) -> None:
+        self.vid_w = max(self.vid_w, len(rec.vid))
+        grid = self._grid()
+        if not self.header:
+            self.header = True
+            grid.add_row(*(Text(h, style="bold") for h in ("TIME", "VID", "TYPE", "SUMMARY")))
+        style = STYLES[severity(rec)]
+        grid.add_row(Text(event_time(rec), style="dim"), Text(rec.vid), Text(rec.kind, style=style or "bold"),
+                     Text(event_summary(rec), style=style))
+        self.out.print(grid)
+        self.out.file.flush()
+
+
+def event_printer(*, as_json: bool, stream: IO[str] | None = None) -> Callable[[Record], None]:
+    """What prints one event: a JSON line, rich rows on a terminal, else the plain line."""
+    if as_json:
+        return lambda rec: print(json.dumps(record_json(rec), default=str), file=stream, flush=True)
+    if is_tty(stream):
+        return RichEvents(console(stream))
+    return lambda rec: print(format_event(rec), file=stream, flush=True)
+
+
 def record_json(rec: Record) -> dict[str, Any]:
     """An event as plain JSON: what `--json` prints, one object a line."""
     return {"time": rec.time.isoformat(), "vid": rec.vid, "type": rec.kind, "seq": rec.seq, "data": rec.data}
@@ -59,12 +144,13 @@ async def run(args: argparse.Namespace) -> int:
     nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-events"))
     caught_up = asyncio.Event()
     printed = 0
+    show = event_printer(as_json=args.json)
 
     async def cb(msg: Msg) -> None:
         nonlocal printed
         rec = to_record(msg)
         if rec is not None and (until is None or rec.time < until):
-            print(json.dumps(record_json(rec), default=str) if args.json else format_event(rec), flush=True)
+            show(rec)
             printed += 1
         if msg.metadata.num_pending == 0:
             caught_up.set()

@@ -166,6 +166,15 @@ def staleness(channels: Mapping[str, Record], now: dt.datetime, stale_after_s: f
 
 
 def format_event(r: Record) -> str:
+    return f"{event_time(r)} {r.vid:<10} {r.kind:<20} {event_summary(r)}".rstrip()
+
+
+def event_time(r: Record) -> str:
+    return r.time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def event_summary(r: Record) -> str:
+    """What happened, then the vehicle's snapshot in brackets: format_event's last column."""
     d = dict(r.data)
     snap = []
     for key, fmt in (("mode", "{}"), ("alt_m", "{:.1f}m"), ("battery_pct", "{:.0f}%")):
@@ -180,5 +189,4 @@ def format_event(r: Record) -> str:
         d["cmd_id"] = str(d.get("cmd_id", ""))[:12]
         d = {"": head, **d}
     detail = " ".join(f"{k}={format_value(k, v)}" if k else str(v) for k, v in d.items() if v not in (None, ""))
-    ts = r.time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    return f"{ts} {r.vid:<10} {r.kind:<20} {detail} [{' '.join(snap)}]".rstrip()
+    return f"{detail} [{' '.join(snap)}]"

@@ -6,9 +6,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-import nats
-
 from analytics.synth import AuditConfig, Truth, publish
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.synth import ensure_stream
 
@@ -31,7 +30,7 @@ class History:
 
 def publish_history(url: str, cfg: AuditConfig, truth: Truth, *, max_events: int | None = None) -> int:
     async def go() -> int:
-        nc = await nats.connect(url, connect_timeout=5)
+        nc = await open_client(url, connect_timeout=5)
         try:
             await ensure_stream(nc, cfg.env)
             return await publish(nc.jetstream(), cfg, truth, max_events=max_events)

@@ -11,9 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import nats
-
 from analytics import jobs
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import read
@@ -24,7 +23,7 @@ async def _fly_with_battery_failsafe(url: str, state_dir: Path) -> None:
     from sim.fleet import SimConfig, SimFleet
     from tests.support import gateway_config, running_gateway, wait_for, wait_for_async
 
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     try:
         await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env="test", replicas=1))
     finally:

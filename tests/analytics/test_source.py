@@ -7,10 +7,10 @@ import datetime as dt
 import time
 from typing import Any
 
-import nats
 import pytest
 
 from gateway.contract.envelope import HEADERS, pack
+from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import History, read
@@ -71,7 +71,7 @@ def test_empty_ranges_read_nothing(spark: Any, history: History) -> None:
 
 
 async def _publish_raw(url: str, items: list[tuple[str, bytes]]) -> None:
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     js = nc.jetstream()
     await provision(js, load_definitions(DEFINITIONS_DIR, env="raw", replicas=1))
     for i, (subject, payload) in enumerate(items):
@@ -149,7 +149,7 @@ def test_streaming_reader_picks_up_new_events(spark: Any, nats_server: NatsServe
 
 
 async def _publish_raw_more(url: str, items: list[tuple[str, bytes]]) -> None:
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     js = nc.jetstream()
     for i, (subject, payload) in enumerate(items):
         await js.publish(subject, payload, headers={**HEADERS, "Nats-Msg-Id": f"more-{i}"})

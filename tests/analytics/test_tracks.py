@@ -12,14 +12,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import nats
-
 from analytics import jobs
 from analytics.flightpages import collect_flights
 from analytics.flightreport import flight_file
 from analytics.options import parse_time_us
 from analytics.replay import ReplayConfig, run_replay
 from analytics.tracks import COLUMNS, TrackReader, has_samples, read_tracks, track_options
+from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import TRACKS_STREAM
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
@@ -34,7 +33,7 @@ async def _fly(url: str, state_dir: Path) -> int:
     from sim.fleet import SimConfig, SimFleet
     from tests.support import gateway_config, running, wait_for, wait_for_async
 
-    nc = await nats.connect(url)
+    nc = await open_client(url)
     try:
         await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env="test", replicas=1))
     finally:
@@ -123,7 +122,7 @@ def test_no_stream_means_no_track(spark: Any, nats_server: NatsServer) -> None:
     assert not has_samples(opts) and read_tracks(spark, opts) is None  # not provisioned: no TWIN_TRACKS
 
     async def empty_stream() -> None:
-        nc = await nats.connect(nats_server.url)
+        nc = await open_client(nats_server.url)
         try:
             defs = load_definitions(DEFINITIONS_DIR, env="test", replicas=1)
             await provision(nc.jetstream(), [d for d in defs if d.name == TRACKS_STREAM])
