@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
 from benchmarks.kit import nats_and_sim, percentile, report
 from drivers.mavlink.transport import Endpoint
@@ -189,6 +189,64 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
     if cmd["p50_ms"] and base_fig["p50_ms"]:
         out["ratio_latency_p50"] = round(cmd["p50_ms"] / base_fig["p50_ms"], 2)
         out["ratio_latency_p99"] = round(cmd["p99_ms"] / base_fig["p99_ms"], 2)
+    return out
+
+
+BASE_STREAM = "BENCH_MIXED_BASE"
+BASE_SUBJECT = "bench.mixed.base.cmd"  # outside TWIN_CMD's subjects
+
+
+async def open_loop(rate_hz: float, seconds: float, fire: Any) -> float:
+    """Start `fire(i)` every 1/rate s for `seconds`, without waiting for the previous ones; returns wall s."""
+    period = 1.0 / rate_hz
+    t0 = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        i = 0
+        while True:
+            due = t0 + i * period
+            if due - t0 >= seconds:
+                break
+            await anyio.sleep(max(0.0, due - time.monotonic()))
+            tg.start_soon(fire, i)
+            i += 1
+    return time.monotonic() - t0
+
+
+async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> dict[str, Any]:
+    nc = await open_client(url)
+    js = nc.jetstream()
+    name = "bench_mixed_base"
+    # Its own workqueue stream, configured like TWIN_CMD: nats-server 2.15 allows 1,000 consumers
+    # a stream by default, and at 1,000 vehicles TWIN_CMD has them all (docs/capacity.md).
+    await js.add_stream(StreamConfig(name=BASE_STREAM, subjects=[BASE_SUBJECT],
+                                     retention=RetentionPolicy.WORK_QUEUE, max_age=300, duplicate_window=120))
+    await js.add_consumer(BASE_STREAM, ConsumerConfig(
+        name=name, durable_name=name, filter_subject=BASE_SUBJECT, ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=30, max_ack_pending=1000))  # fmt: skip
+    sub = await js.pull_subscribe_bind(durable=name, stream=BASE_STREAM)
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+    lock = anyio.Lock()  # one fetcher at a time on the one consumer, as a vehicle's loop would
+
+    async def fire(i: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            await js.publish(BASE_SUBJECT, b"x" * 64, headers={"Nats-Msg-Id": f"base-{i}"})
+            async with lock:
+                msg = (await sub.fetch(1, timeout=10))[0]
+            await msg.ack()
+        except Exception as exc:  # a loaded server timing out is a figure of the baseline, not a crash
+            key = f"error:{type(exc).__name__}"
+            errors[key] = errors.get(key, 0) + 1
+            return
+        lat.append((time.perf_counter() - t0) * 1000.0)
+
+    wall = await open_loop(rate_hz, seconds, fire)
+    await sub.unsubscribe()
+    await js.delete_stream(BASE_STREAM)
+    await nc.close()
+    out = summary(lat, len(lat), wall)
+    out["errors"] = errors
     return out
 
 

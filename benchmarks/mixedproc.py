@@ -1,0 +1,155 @@
+"""`mavjet bench mixed` with the gateway as its own process, as it runs on an edge hub.
+
+The in-process variant (`--in-process`) shares one event loop between the
+gateway and the command issuer, so every result also waits behind the
+gateway's own telemetry callbacks before the issuer sees it: a cost no
+operator pays. Here the real `mavjet gateway` (commands on, shadow off) serves
+the fleet in its own process, and this process only issues commands and runs
+the baseline, each on its own NATS connection. State delivered is counted
+from outside too: TWIN_STATE's sequence numbers over the window, and the
+gateway's CPU from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
+from benchmarks.ingest import _proc_cpu_s
+from benchmarks.workers import _family, _loadavg, _scrape, _state_seq, _total
+from gateway.config import DEFAULT_RATES_HZ
+from gateway.contract.natsconn import open_client
+from gateway.contract.subjects import CMD_STREAM
+from gateway.ops.client import CommandClient
+from gateway.ops.natsserver import NatsServer, free_port
+from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+
+ENV = "bench"
+MODE = "STABILIZE"  # the sim accepts any mode while disarmed, as ArduCopter does: a harmless command
+
+
+def _config(tmp: str, url: str, n: int, base: int) -> Path:
+    conf = Path(tmp) / "gateway-mixed.toml"
+    lines = [f'env = "{ENV}"', 'instance = "bench"', f'state_dir = "{tmp}/state-mixed"',
+             f"startup_timeout_s = {max(10.0, n / 20)}", "[nats]", f'servers = ["{url}"]']
+    for i in range(n):
+        lines += ["[[vehicles]]", f'vid = "VID-{i + 1:04d}"', f'endpoint = "tcp:127.0.0.1:{base + 10 * i}"']
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: int, timeout_s: float) -> float:
+    """Every link up (the gateway's metrics) and every vehicle's command consumer registered; seconds taken."""
+    nc = await open_client(url)
+    js = nc.jetstream()
+    started = time.monotonic()
+    try:
+        while True:  # bounded by timeout_s below
+            await asyncio.sleep(1.0)
+            if proc.returncode is not None:
+                raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}")
+            try:
+                up = _total(await asyncio.to_thread(_scrape, port), "mavjet_link_up")
+            except OSError:
+                up = 0
+            consumers = (await js.stream_info(CMD_STREAM)).state.consumer_count
+            if up >= n and consumers >= n:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout_s:
+                raise SystemExit(f"mavjet bench mixed: {int(up)}/{n} links up, {consumers}/{n} command consumers "
+                                 f"after {timeout_s:.0f} s")
+    finally:
+        await nc.close()
+
+
+async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float) -> dict[str, Any]:
+    """set_mode at `rate_hz`, open loop, vehicles in turn; publish → cmd_result seen, on our own connection."""
+    nc = await open_client(url)
+    lat: list[float] = []
+    results: dict[str, int] = {}
+    try:
+        async with CommandClient(nc, ENV, issuer="bench-mixed") as cc:
+            async def fire(i: int) -> None:
+                t0 = time.perf_counter()
+                try:
+                    r = await cc.call(f"VID-{i % n + 1:04d}", "set_mode", {"mode": MODE}, timeout_s=30)
+                    res = str(r.result)
+                except Exception as exc:  # a lost result is a figure here, not a crash
+                    res = f"error:{type(exc).__name__}"
+                lat.append((time.perf_counter() - t0) * 1000.0)
+                results[res] = results.get(res, 0) + 1
+
+            wall = await open_loop(rate_hz, seconds, fire)
+    finally:
+        await nc.close()
+    out = summary(lat, len(lat), wall)
+    out["results"] = results
+    return out
+
+
+async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int, base: int, tmp: str) -> dict[str, Any]:
+    n = args.vehicles
+    nc = await open_client(server.url)
+    await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
+    await nc.close()
+    port = free_port()
+    conf = _config(tmp, server.url, n, base)
+    with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
+            "--no-shadow", "--log-level", "warning",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
+        )
+    out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
+                           "gateway": "own process"}
+    try:
+        took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5))
+        print(f"gateway ready: {n} links and command consumers in {took:.1f} s; warm-up {args.warmup:g} s, "
+              f"measuring {args.duration:g} s at {args.cmd_rate:g} cmd/s", flush=True)
+        await asyncio.sleep(args.warmup)
+        pids = _family(proc.pid)
+        out["loadavg_before"] = _loadavg()
+        seq0, cpu0 = await _state_seq(server.url), [_proc_cpu_s(p) for p in pids]
+        sim0 = _proc_cpu_s(sim_pid)
+        t0 = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            async def cmds() -> None:
+                out["commands"] = await commands_from_outside(server.url, n, args.cmd_rate, args.duration)
+
+            async def bare() -> None:
+                out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(
+                    server.url, args.cmd_rate, args.duration)
+
+            tg.start_soon(cmds)
+            tg.start_soon(bare)
+        wall = time.monotonic() - t0
+        seq1 = await _state_seq(server.url)
+        cpu = sum(_proc_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True))
+        out["loadavg_after"] = _loadavg()
+        expected = n * sum(DEFAULT_RATES_HZ.values())
+        out["state_stored_per_s"] = round((seq1 - seq0) / wall, 1)
+        out["state_expected_per_s"] = round(expected, 1)
+        out["state_delivered_ratio"] = round((seq1 - seq0) / wall / expected, 3)
+        out["gateway_cpu_pct"] = round(100 * cpu / wall, 1)
+        out["sim_cpu_pct"] = round(100 * (_proc_cpu_s(sim_pid) - sim0) / wall, 1)
+    finally:
+        proc.terminate()
+        try:
+            async with asyncio.timeout(60):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+    cmd, bare_rt = out.get("commands", {}), out.get("baseline_jetstream_roundtrip", {})
+    if cmd.get("p99_ms") and bare_rt.get("p99_ms"):
+        out["ratio_latency_p50"] = round(cmd["p50_ms"] / bare_rt["p50_ms"], 2)
+        out["ratio_latency_p99"] = round(cmd["p99_ms"] / bare_rt["p99_ms"], 2)
+    return out

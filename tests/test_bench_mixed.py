@@ -1,0 +1,29 @@
+"""`mavjet bench mixed`: end to end on a tiny fleet, the gateway as its own process (the default)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_stored(tmp_path: Path) -> None:
+    out = tmp_path / "mixed.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "3", "--cmd-rate", "4",
+         "--duration", "2", "--warmup", "0.5", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["gateway"] == "own process"
+    cmds, base = res["commands"], res["baseline_jetstream_roundtrip"]
+    # Open loop at 4/s for 2 s: 8 commands, each ended with exactly one result, all accepted.
+    assert cmds["count"] == 8 and cmds["results"] == {"accepted": 8}
+    assert base["count"] == 8 and base["errors"] == {}
+    assert 0 < cmds["p50_ms"] <= cmds["p99_ms"] and res["ratio_latency_p99"] > 0
+    # State counted from TWIN_STATE's sequence: 3 vehicles at the configured rates were stored.
+    assert res["state_stored_per_s"] > 0 and res["state_delivered_ratio"] > 0.5
