@@ -48,9 +48,11 @@ log = structlog.get_logger("mavjet.gateway")
 class Gateway:
     """The daemon as an object, so tests and benchmarks can run it in-process."""
 
-    def __init__(self, cfg: GatewayConfig, *, hub_sockets: Mapping[str, socket.socket] | None = None) -> None:
+    def __init__(self, cfg: GatewayConfig, *, hub_sockets: Mapping[str, socket.socket] | None = None,
+                 metrics_socket: socket.socket | None = None) -> None:
         self.cfg = cfg
         self.metrics = GatewayMetrics()
+        self._metrics_socket = metrics_socket
         self.spool = Spool(cfg.state_dir / "spool.sqlite", max_entries=cfg.spool_max_events)
         self.publisher = Publisher(cfg, self.spool, self.metrics)
         # A udp: vehicle with a sysid listens through a hub socket, one per
@@ -168,7 +170,9 @@ class Gateway:
 
     async def run(self) -> None:
         """Run until `request_stop()` (or cancellation); then shut down cleanly."""
-        if self.cfg.metrics_port is not None:
+        if self._metrics_socket is not None:  # a `--workers` worker: the supervisor's socket (gateway/workers.py)
+            self.metrics_port = self.metrics.serve_on(self._metrics_socket)
+        elif self.cfg.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.cfg.metrics_host, self.cfg.metrics_port)
         try:
             from gateway.sdnotify import Notifier
@@ -242,8 +246,10 @@ def tune_gc() -> None:
 
 
 async def serve(cfg: GatewayConfig, *, commands: bool = True, shadow: bool = True,
-                hub_sockets: Mapping[str, socket.socket] | None = None) -> int:
-    gw = with_services(Gateway(cfg, hub_sockets=hub_sockets), commands=commands, shadow=shadow)
+                hub_sockets: Mapping[str, socket.socket] | None = None,
+                metrics_socket: socket.socket | None = None) -> int:
+    gw = with_services(Gateway(cfg, hub_sockets=hub_sockets, metrics_socket=metrics_socket),
+                       commands=commands, shadow=shadow)
 
     async def tune_gc_when_ready() -> None:
         await gw.ready.wait()
@@ -352,12 +358,13 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(args.log_level, json=args.log_json)
     hub_sockets: dict[str, socket.socket] = {}
+    metrics_socket: socket.socket | None = None
     try:
         cfg = config_from_args(args)
         if args.worker_slot is not None:  # one of `--workers`' processes: its slice of the fleet (gateway/workers.py)
             from gateway.workers import worker_setup
 
-            cfg, hub_sockets = worker_setup(cfg, args.worker_slot, os.environ)
+            cfg, hub_sockets, metrics_socket = worker_setup(cfg, args.worker_slot, os.environ)
         preflight(cfg)
         if args.worker_slot is None:  # a change of --workers must not strand spooled events or commands
             check_layout(cfg.state_dir, cfg.workers)
@@ -375,7 +382,8 @@ def main(argv: list[str]) -> int:
     backend_options = {"use_uvloop": True} if cfg.uvloop else {}
     try:
         return anyio.run(
-            partial(serve, cfg, commands=not args.no_commands, shadow=not args.no_shadow, hub_sockets=hub_sockets),
+            partial(serve, cfg, commands=not args.no_commands, shadow=not args.no_shadow, hub_sockets=hub_sockets,
+                    metrics_socket=metrics_socket),
             backend="asyncio", backend_options=backend_options,
         )
     except KeyboardInterrupt:

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+import socket
+import threading
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler
 
 from nats import errors as nats_errors
 from prometheus_client import (
@@ -32,9 +35,11 @@ from prometheus_client import (
     Gauge,
     Histogram,
     disable_created_metrics,
+    make_wsgi_app,
     start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -69,6 +74,32 @@ def _dist_version(name: str) -> str:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # a scrape is not a log line
+        return None
+
+
+def serve_registry_on(registry: CollectorRegistry, sock: socket.socket) -> int:
+    """Serve `registry` as /metrics on a listening socket made elsewhere; returns its port.
+
+    A `--workers` worker gets its socket from the supervisor (inherited, already
+    listening), so no other process can take the port between the supervisor
+    choosing it and the worker binding it, and a restarted worker serves on the
+    same port without a bind at all.
+    """
+    server = ThreadingWSGIServer(sock.getsockname()[:2], _QuietHandler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    host, port = sock.getsockname()[:2]
+    server.server_address = (host, port)
+    server.server_name, server.server_port = host, port  # what HTTPServer.server_bind would set
+    server.setup_environ()
+    server.set_app(make_wsgi_app(registry))
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    bound: int = port
+    return bound
 
 
 def serve_registry(registry: CollectorRegistry, host: str, port: int) -> int:
@@ -224,6 +255,10 @@ class GatewayMetrics:
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
         return serve_registry(self.registry, host, port)
+
+    def serve_on(self, sock: socket.socket) -> int:
+        """Serve /metrics on an inherited listening socket (a `--workers` worker's); returns its port."""
+        return serve_registry_on(self.registry, sock)
 
 
 # -- `--workers`: one /metrics for the supervisor and its workers ----------------------------------------------------

@@ -70,7 +70,7 @@ from gateway.sdnotify import Notifier
 
 log = structlog.get_logger("mavjet.workers")
 
-ENV_METRICS_PORT = "MAVJET_WORKER_METRICS_PORT"
+ENV_METRICS_FD = "MAVJET_WORKER_METRICS_FD"
 ENV_UDP_FDS = "MAVJET_WORKER_UDP_FDS"
 ENV_PARENT = "MAVJET_WORKER_PARENT"
 WATCHDOG_USEC = 5_000_000  # workers ping every 2.5 s
@@ -179,8 +179,12 @@ def _die_with_parent(parent: int) -> None:
 
 def worker_setup(
     cfg: GatewayConfig, slot: str, environ: Mapping[str, str]
-) -> tuple[GatewayConfig, dict[str, socket.socket]]:
-    """The config of worker `I/N` (its vehicles, state dir, loopback metrics port) and its shared sockets."""
+) -> tuple[GatewayConfig, dict[str, socket.socket], socket.socket | None]:
+    """The config of worker `I/N` (its vehicles, state dir), its shared UDP sockets and its metrics socket.
+
+    Both kinds of socket are the supervisor's, inherited: the metrics one
+    listens on loopback already, so the worker binds no port of its own.
+    """
     index_s, _, count_s = slot.partition("/")
     if not (index_s.isdigit() and count_s.isdigit() and int(index_s) < int(count_s)):
         raise ConfigError("--worker-slot", f"{slot!r}: expected I/N with I < N")
@@ -189,7 +193,8 @@ def worker_setup(
     if not mine:
         raise ConfigError("--worker-slot", f"worker {index} of {count} has no vehicles")
     vids = {v.vid for v in mine}
-    port = environ.get(ENV_METRICS_PORT, "")
+    fd = environ.get(ENV_METRICS_FD, "")
+    metrics = socket.socket(fileno=int(fd)) if fd.isdigit() else None
     socks = {ep: socket.socket(fileno=fd) for ep, fd in json.loads(environ.get(ENV_UDP_FDS) or "{}").items()}
     if environ.get(ENV_PARENT, "").isdigit():
         _die_with_parent(int(environ[ENV_PARENT]))
@@ -197,8 +202,8 @@ def worker_setup(
     return dataclasses.replace(
         cfg, vehicles=mine, workers=1, state_dir=cfg.state_dir / f"worker-{index}", instance=f"{cfg.instance}-w{index}",
         routes=tuple(r for r in cfg.routes if r.vid in vids or r.vid is None),  # None: the only vehicle's
-        metrics_host="127.0.0.1", metrics_port=int(port) if port.isdigit() else None,
-    ), socks
+        metrics_port=None,  # served on the inherited socket instead
+    ), socks, metrics
 
 
 # -- the supervisor ---------------------------------------------------------------------------------------------------
@@ -226,7 +231,7 @@ class RestartPolicy:
 class _Slot:
     index: int
     vehicles: tuple[VehicleConfig, ...]
-    metrics_port: int
+    metrics: socket.socket  # listening on 127.0.0.1, passed to each run of the worker
     notify: socket.socket
     notify_address: str
     fds: dict[str, int] = field(default_factory=dict)
@@ -236,11 +241,12 @@ class _Slot:
     last_ping_s: float = 0.0
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def _metrics_listener() -> socket.socket:
+    """A worker's /metrics socket, bound and listening here for the supervisor's whole run."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    return s
 
 
 class Supervisor:
@@ -262,7 +268,7 @@ class Supervisor:
             name = f"@mavjet-{os.getpid()}-{i}-{secrets.token_hex(4)}"
             notify.bind(b"\0" + name[1:].encode())
             notify.setblocking(False)
-            self.slots.append(_Slot(index=i, vehicles=vehicles, metrics_port=_free_loopback_port(),
+            self.slots.append(_Slot(index=i, vehicles=vehicles, metrics=_metrics_listener(),
                                     notify=notify, notify_address=name))
         by_index = {s.index: s for s in self.slots}
         for ep, (order, table) in shared_ports(cfg, cfg.workers).items():
@@ -273,7 +279,7 @@ class Supervisor:
         self.metrics = WorkersMetrics(self.status)
 
     def status(self) -> list[WorkerStatus]:
-        return [WorkerStatus(worker=str(s.index), metrics_port=s.metrics_port, running=s.process is not None,
+        return [WorkerStatus(worker=str(s.index), metrics_port=s.metrics.getsockname()[1], running=s.process is not None,
                              ready=s.ready, restarts=s.restarts, vehicles=len(s.vehicles)) for s in self.slots]
 
     def request_stop(self, reason: str) -> None:
@@ -289,13 +295,13 @@ class Supervisor:
     async def _spawn(self, slot: _Slot) -> Process:
         env = {k: v for k, v in os.environ.items() if k not in ("WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS")}
         env.update({"NOTIFY_SOCKET": slot.notify_address, "WATCHDOG_USEC": str(WATCHDOG_USEC),
-                    ENV_METRICS_PORT: str(slot.metrics_port), ENV_UDP_FDS: json.dumps(slot.fds),
+                    ENV_METRICS_FD: str(slot.metrics.fileno()), ENV_UDP_FDS: json.dumps(slot.fds),
                     ENV_PARENT: str(os.getpid())})
         cmd = [sys.executable, "-m", "gateway", "gateway", *self.argv,
                "--worker-slot", f"{slot.index}/{self.cfg.workers}"]
         # A session of its own: Ctrl-C reaches the supervisor only, which stops the workers in order.
         proc = await anyio.open_process(cmd, stdin=subprocess.DEVNULL, stdout=None, stderr=None, env=env,
-                                        pass_fds=tuple(slot.fds.values()), start_new_session=True)
+                                        pass_fds=(*slot.fds.values(), slot.metrics.fileno()), start_new_session=True)
         slot.last_ping_s = time.monotonic()
         log.info("worker_started", worker=slot.index, pid=proc.pid, vehicles=len(slot.vehicles))
         return proc
@@ -398,6 +404,7 @@ class Supervisor:
                 if slot.process is not None and slot.process.returncode is None:
                     slot.process.kill()
                 slot.notify.close()
+                slot.metrics.close()
             for s in self._sockets:
                 s.close()
             notifier.close()

@@ -64,7 +64,7 @@ def test_a_worker_keeps_the_routes_of_its_vehicles_only(tmp_path: Path) -> None:
     one = {"state_dir": str(tmp_path), "vehicles": [{"vid": "A", "endpoint": "tcp:127.0.0.1:5760"}],
            "routes": ["udp:127.0.0.1:14551"]}  # one vehicle: the route names none
     cfg = resolve_config(one, flags={"workers": 2}, environ={})
-    mine, _ = worker_setup(cfg, f"{owner('A', 2)}/2", {})
+    mine, _, _ = worker_setup(cfg, f"{owner('A', 2)}/2", {})
     assert [str(r.endpoint) for r in mine.routes] == ["udp:127.0.0.1:14551"] and mine.workers == 1
     two = {"state_dir": str(tmp_path), "vehicles": [{"vid": v, "endpoint": f"tcp:127.0.0.1:{5760 + i}"}
                                                     for i, v in enumerate(("A", "B", "C", "D"))],
@@ -322,3 +322,24 @@ async def test_a_shared_port_taken_by_another_process_exits_2_with_one_line(tmp_
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and "cannot share udp:127.0.0.1:" in lines[0] and "vehicles.endpoint" in lines[0], lines
+
+
+def test_a_worker_serves_metrics_on_the_supervisors_socket_without_binding(tmp_path: Path) -> None:
+    """The supervisor listens before the worker starts; the worker serves on the inherited fd."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    fd = listener.detach()  # the fd now belongs to the worker's side, as after a fork
+    cfg = resolve_config({"state_dir": str(tmp_path), "vehicles": [{"vid": "A", "endpoint": "tcp:127.0.0.1:5760"},
+                                                                   {"vid": "B", "endpoint": "tcp:127.0.0.1:5770"}]},
+                         flags={"workers": 2}, environ={})
+    slot = owner("A", 2)
+    wcfg, _, inherited = worker_setup(cfg, f"{slot}/2", {"MAVJET_WORKER_METRICS_FD": str(fd)})
+    structlog.contextvars.unbind_contextvars("worker")
+    assert inherited is not None and wcfg.metrics_port is None  # nothing for the worker to bind
+    metrics = GatewayMetrics()
+    assert metrics.serve_on(inherited) == port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        body = resp.read().decode()
+    assert "mavjet_build_info" in body  # the socket stays with the serving thread, as in a worker
