@@ -24,7 +24,15 @@ import anyio
 
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
-from benchmarks.workers import _family, _loadavg, _scrape, _state_seq, _total
+from benchmarks.workers import (
+    _buckets,
+    _family,
+    _loadavg,
+    _quantile_ms,
+    _scrape,
+    _state_seq,
+    _total,
+)
 from gateway.config import DEFAULT_RATES_HZ
 from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import CMD_STREAM
@@ -70,6 +78,26 @@ async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: 
         await nc.close()
 
 
+def _published(mm: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+    return (_total(mm, "mavjet_publishes_total", kind="state", result="plain")
+            + _total(mm, "mavjet_publishes_total", kind="state", result="acked"))
+
+
+async def _wait_streaming(port: int, expected_per_s: float, timeout_s: float) -> float:
+    """Until the state rate is steady: the sim boots for ~3 s before it streams (as ArduPilot does), and
+    a window opened before every vehicle streams measures the start-up. Returns the last 2-s rate."""
+    last, rate, started = _published(await asyncio.to_thread(_scrape, port)), 0.0, time.monotonic()
+    prev = -1.0
+    while time.monotonic() - started < timeout_s:  # bounded
+        await asyncio.sleep(2.0)
+        now = _published(await asyncio.to_thread(_scrape, port))
+        rate, last = (now - last) / 2.0, now
+        if rate >= 0.95 * expected_per_s or (rate > 0 and abs(rate - prev) <= 0.05 * rate):
+            break
+        prev = rate
+    return rate
+
+
 async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float) -> dict[str, Any]:
     """set_mode at `rate_hz`, open loop, vehicles in turn; publish → cmd_result seen, on our own connection."""
     nc = await open_client(url)
@@ -112,11 +140,15 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
                            "gateway": "own process"}
     try:
         took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5))
-        print(f"gateway ready: {n} links and command consumers in {took:.1f} s; warm-up {args.warmup:g} s, "
-              f"measuring {args.duration:g} s at {args.cmd_rate:g} cmd/s", flush=True)
+        print(f"gateway ready: {n} links and command consumers in {took:.1f} s; measuring {args.duration:g} s "
+              f"at {args.cmd_rate:g} cmd/s once state streams", flush=True)
+        expected = n * sum(DEFAULT_RATES_HZ.values())
+        rate = await _wait_streaming(port, expected, max(60.0, n / 20))
+        print(f"streaming: {rate:.0f} state/s of {expected:.0f}; warm-up {args.warmup:g} s", flush=True)
         await asyncio.sleep(args.warmup)
         pids = _family(proc.pid)
         out["loadavg_before"] = _loadavg()
+        m0 = await asyncio.to_thread(_scrape, port)
         seq0, cpu0 = await _state_seq(server.url), [_proc_cpu_s(p) for p in pids]
         sim0 = _proc_cpu_s(sim_pid)
         t0 = time.monotonic()
@@ -132,14 +164,27 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
             tg.start_soon(bare)
         wall = time.monotonic() - t0
         seq1 = await _state_seq(server.url)
+        m1 = await asyncio.to_thread(_scrape, port)
         cpu = sum(_proc_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True))
         out["loadavg_after"] = _loadavg()
-        expected = n * sum(DEFAULT_RATES_HZ.values())
         out["state_stored_per_s"] = round((seq1 - seq0) / wall, 1)
         out["state_expected_per_s"] = round(expected, 1)
         out["state_delivered_ratio"] = round((seq1 - seq0) / wall / expected, 3)
         out["gateway_cpu_pct"] = round(100 * cpu / wall, 1)
         out["sim_cpu_pct"] = round(100 * (_proc_cpu_s(sim_pid) - sim0) / wall, 1)
+        def delta(name: str, **match: str) -> float:
+            return _total(m1, name, **match) - _total(m0, name, **match)
+
+        out["state_published_per_s"] = round((_published(m1) - _published(m0)) / wall, 1)
+        out["state_dropped_per_s"] = round(delta("mavjet_publishes_total", kind="state", result="dropped") / wall, 1)
+        out["mavlink_msgs_per_s"] = round(delta("mavjet_mavlink_messages_total") / wall, 1)
+        # Where a command's time goes, from the gateway's own histograms (bucket bounds): delivery to its
+        # cmd_result inside the gateway, and an event's spool to JetStream ack (cmd_result is an event).
+        for key, name, match in (("gateway_command_ms", "mavjet_command_duration_seconds", {"command": "set_mode"}),
+                                 ("gateway_event_publish_ms", "mavjet_publish_latency_seconds", {"kind": "event"}),
+                                 ("gateway_state_publish_ms", "mavjet_publish_latency_seconds", {"kind": "state"})):
+            b0, b1 = _buckets(m0, name, **match), _buckets(m1, name, **match)
+            out[key] = {"p50_le": _quantile_ms(b0, b1, 0.5), "p99_le": _quantile_ms(b0, b1, 0.99)}
     finally:
         proc.terminate()
         try:

@@ -30,6 +30,7 @@ from typing import Any
 from analytics.options import SourceOptions
 from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
 from gateway.contract.errors import ConfigError
+from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import EVENTS_STREAM
 
 EVENTS_PER_VEHICLE_DAY = 16  # what sim audit generates with its defaults (measured: ~16.6)
@@ -38,7 +39,6 @@ END_TO_END_GOAL_S = 60.0  # issue 16: 1M events end to end on local[2]
 
 
 async def _fill(url: str, events: int, seed: int) -> dict[str, Any]:
-    import nats
 
     from analytics.synth import AuditConfig, Truth, default_end_ns, publish
     from gateway.ops.synth import ensure_stream
@@ -46,7 +46,7 @@ async def _fill(url: str, events: int, seed: int) -> dict[str, Any]:
     days = 90
     vehicles = max(1, math.ceil(events / (days * EVENTS_PER_VEHICLE_DAY)) + 1)
     cfg = AuditConfig(vehicles=vehicles, days=days, seed=seed, env=ENV, end_ns=default_end_ns())
-    nc = await nats.connect(url, connect_timeout=5)
+    nc = await open_client(url, connect_timeout=5)
     try:
         await ensure_stream(nc, ENV)
         t0 = time.perf_counter()
@@ -62,12 +62,11 @@ async def _fill(url: str, events: int, seed: int) -> dict[str, Any]:
 
 async def _ceiling_count(url: str, first: int, last: int) -> float:
     """Seconds for one ordered-consumer callback to receive [first, last], doing nothing else."""
-    import nats
     from nats.js import api
 
     from analytics.natsread import _seq_and_pending
 
-    nc = await nats.connect(url, connect_timeout=5)
+    nc = await open_client(url, connect_timeout=5)
     done = asyncio.Event()
     count = 0
 

@@ -51,17 +51,20 @@ def _total(mm: dict[str, list[tuple[dict[str, str], float]]], name: str, **match
     return sum(v for labels, v in mm.get(name, []) if all(labels.get(k) == x for k, x in match.items()))
 
 
-def _buckets(mm: dict[str, list[tuple[dict[str, str], float]]]) -> dict[float, float]:
+def _buckets(mm: dict[str, list[tuple[dict[str, str], float]]],
+             name: str = "mavjet_publish_latency_seconds", **match: str) -> dict[float, float]:
+    """A histogram's cumulative buckets (le -> count), summed over the series matching `match` (default state)."""
+    match = match or {"kind": "state"}
     out: dict[float, float] = {}
-    for labels, v in mm.get("mavjet_publish_latency_seconds_bucket", []):
-        if labels.get("kind") == "state":
+    for labels, v in mm.get(name + "_bucket", []):
+        if all(labels.get(k) == x for k, x in match.items()):
             le = float(labels["le"])
             out[le] = out.get(le, 0.0) + v
     return out
 
 
 def _quantile_ms(b0: dict[float, float], b1: dict[float, float], q: float) -> float | None:
-    """The bucket bound (ms) under which a fraction q of the window's acked state samples fell."""
+    """The bucket bound (ms) under which a fraction q of the window's observations fell."""
     delta = sorted((le, b1.get(le, 0.0) - b0.get(le, 0.0)) for le in b1)
     if not delta or delta[-1][1] <= 0:
         return None
