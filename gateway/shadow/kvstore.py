@@ -74,8 +74,11 @@ def encode(doc: dict[str, Any]) -> bytes:
 class ShadowStore:
     """The TWIN_SHADOW bucket over the gateway's one NATS connection."""
 
-    def __init__(self, publisher: NatsAccess) -> None:
+    def __init__(self, publisher: NatsAccess, *, api_concurrency: int = 8) -> None:
         self.publisher = publisher
+        # Watch consumers created at once, fleet-wide: a thousand vehicles starting together would
+        # otherwise queue a thousand creates on a busy server, time out and retry (gateway/commands/consumer.py).
+        self.api = anyio.CapacityLimiter(api_concurrency)
         self._kv: KeyValue | None = None
         self._kv_gen = -1
         self.ops = 0  # KV operations issued (benchmarks)
@@ -144,7 +147,8 @@ class KeyWatch:
             num_replicas=1,
         )
         try:
-            await js.add_consumer(f"KV_{SHADOW_BUCKET}", config=config)
+            async with self.store.api:
+                await js.add_consumer(f"KV_{SHADOW_BUCKET}", config=config)
         except BaseException:
             await self.stop()
             raise

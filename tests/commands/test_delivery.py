@@ -10,6 +10,8 @@ import nats.errors
 from nats.aio.client import Client
 
 from drivers.mavlink.dialect import mavlink2
+from gateway.commands.consumer import API_CONCURRENCY
+from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.natsserver import NatsServer
 from sim.fleet import SimConfig
 from tests.support import wait_for
@@ -121,3 +123,17 @@ async def test_in_progress_acks_keep_a_long_command(provisioned: Client, nats_se
         assert r.data["deliveries"] == 1
         assert rig.executions("VID-001", mavlink2.MAV_CMD_NAV_TAKEOFF) == 1
         assert rig.vehicle("VID-001").alt_m >= 14.0
+
+
+async def test_a_fleet_registers_its_consumers_through_one_bounded_limiter(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Every loop's JetStream API calls share one limiter, so a large fleet starting at once cannot
+    queue more creates on the server than it answers within their timeout; all still register."""
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", vehicles=12) as rig:
+        limiters = {id(loop.api) for loop in rig.service.loops.values()}
+        assert len(limiters) == 1 and len(rig.service.loops) == 12
+        limiter = next(iter(rig.service.loops.values())).api
+        assert limiter.total_tokens == API_CONCURRENCY and limiter.borrowed_tokens <= API_CONCURRENCY
+        info = await provisioned.jetstream().stream_info(CMD_STREAM)
+        assert info.state.consumer_count == 12
