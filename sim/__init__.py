@@ -5,7 +5,8 @@ its own TCP listener (like SITL's tcp:5760+10*i), so the gateway and its tests
 talk to them over real sockets exactly as they would to ArduPilot. The split:
 
 - `sim.model` — one vehicle's behaviour, sans-IO: MAVLink messages in,
-  MAVLink messages out, time passed in explicitly.
+  MAVLink messages out, time passed in explicitly (its concerns in
+  `sim.commands`, `control`, `flight`, `failsafe`, `stores`, `telemetry`).
 - `sim.vehicle` — the vehicle's TCP endpoint, framing, and fault injection.
 - `sim.fleet` — config, the shared tick loop, start/stop.
 - `sim.cli` — `mavjet sim ...` as a separate process (load generator, demo).
