@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -98,6 +99,20 @@ async def _wait_streaming(port: int, expected_per_s: float, timeout_s: float) ->
     return rate
 
 
+def _log_events(path: Path) -> dict[str, int]:
+    """How often each warning or error event appeared in the gateway's JSON log (a disconnect, a timeout)."""
+    counts: dict[str, int] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("level") in ("warning", "error"):
+            key = str(rec.get("event"))
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float) -> dict[str, Any]:
     """set_mode at `rate_hz`, open loop, vehicles in turn; publish → cmd_result seen, on our own connection."""
     nc = await open_client(url)
@@ -133,7 +148,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
-            "--no-shadow", "--log-level", "warning",
+            "--no-shadow", "--log-level", "warning", "--log-json",
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
         )
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
@@ -193,6 +208,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         except TimeoutError:
             proc.kill()
             await proc.wait()
+    out["gateway_warnings"] = _log_events(Path(tmp) / "gateway-mixed.log")
     cmd, bare_rt = out.get("commands", {}), out.get("baseline_jetstream_roundtrip", {})
     if cmd.get("p99_ms") and bare_rt.get("p99_ms"):
         out["ratio_latency_p50"] = round(cmd["p50_ms"] / bare_rt["p50_ms"], 2)
