@@ -94,6 +94,7 @@ class Publisher:
         self._state_headers = {"Content-Type": CONTENT_TYPE}
         self._raw = RawPublish(self._state_headers)
         self._raw_ok = False  # set at connect: nats-py has the buffer RawPublish writes to
+        self._shutting_down = False  # set by shutdown(): the disconnect that follows is ours
         self._acks: StateAcks | None = None
         # Link-adaptive shaping (gateway/uplink.py): off while the uplink is healthy.
         self.uplink = UplinkMonitor(cfg.uplink, metrics=metrics.uplink,
@@ -106,6 +107,9 @@ class Publisher:
     # -- connection --------------------------------------------------------
     async def _on_disconnected(self) -> None:
         self.metrics.nats_connected.set(0)
+        if self._shutting_down:  # our own drain and close: not something an operator must look into
+            log.info("nats_closed", servers=list(self.cfg.nats.servers))
+            return
         log.warning("nats_disconnected", servers=list(self.cfg.nats.servers))
 
     async def _on_reconnected(self) -> None:
@@ -364,6 +368,7 @@ class Publisher:
 
     async def shutdown(self, timeout_s: float) -> None:
         """Flush what is queued, publish the spool, drain the connection. Bounded by `timeout_s`."""
+        self._shutting_down = True
         with anyio.move_on_after(timeout_s) as scope:
             await self.flush_pending_to_spool()
             if self.is_connected:

@@ -19,7 +19,9 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
-    assert res["gateway"] == "own process" and isinstance(res["gateway_warnings"], dict)
+    assert res["gateway"] == "own process"
+    # The gateway's own drain and close at SIGTERM is info (`nats_closed`), not a warning to chase.
+    assert "nats_disconnected" not in res["gateway_warnings"], res["gateway_warnings"]
     cmds, base = res["commands"], res["baseline_jetstream_roundtrip"]
     # Open loop at 4/s for 2 s: 8 commands, each ended with exactly one result, all accepted.
     assert cmds["count"] == 8 and cmds["results"] == {"accepted": 8}
