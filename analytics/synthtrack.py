@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gateway.contract.tracks import track_sample
+from gateway.contract.units import haversine_m
 
 HOME_ALT_MSL_M = 488.0  # the synthetic homes' ground level above sea level
 MOVING_M = 0.5  # below this horizontal step a heading means nothing: left out
@@ -36,14 +37,6 @@ class Key(NamedTuple):
     alt_m: float
     battery_pct: float
     type: str
-
-
-def haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    r = 6_371_000.0
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    dp, dl = p2 - p1, math.radians(lon2 - lon1)
-    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * r * math.asin(min(1.0, math.sqrt(a)))
 
 
 def bearing_deg(lat1: float, lon1: float, lat2: float, lon2: float) -> float:

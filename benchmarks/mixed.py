@@ -26,51 +26,26 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from nats.aio.client import Client
 
 from benchmarks.commands import (
-    bare_roundtrip_at_rate,
     command_gateway,
     commands_ready,
-    open_loop,
-    summary,
 )
 from benchmarks.kit import nats_and_sim, report
-from benchmarks.mixedproc import run_process
+from benchmarks.mixedproc import commands_at_rate, run_process, with_baseline
 from gateway import logs
-from gateway.daemon import Gateway, tune_gc
-from gateway.ops.client import CommandClient
+from gateway.daemon import tune_gc
 from gateway.ops.natsserver import NatsServer
 
 ENV = "bench"
-
-
-async def commands_at_rate(nc: Client, gw: Gateway, rate_hz: float, seconds: float) -> dict[str, Any]:
-    vids = list(gw.twins)
-    lat: list[float] = []
-    results: dict[str, int] = {}
-    async with CommandClient(nc, ENV, issuer="bench-mixed") as cc:
-        async def fire(i: int) -> None:
-            vid = vids[i % len(vids)]
-            t0 = time.perf_counter()
-            try:
-                r = await cc.call(vid, "set_mode", {"mode": gw.twins[vid].telemetry.mode or "STABILIZE"}, timeout_s=30)
-                res = str(r.result)
-            except Exception as exc:  # a lost result is a figure here, not a crash
-                res = f"error:{type(exc).__name__}"
-            lat.append((time.perf_counter() - t0) * 1000.0)
-            results[res] = results.get(res, 0) + 1
-
-        wall = await open_loop(rate_hz, seconds, fire)
-    out = summary(lat, len(lat), wall)
-    out["results"] = results
-    return out
 
 
 async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
     n = args.vehicles
     nc, gw, service = await command_gateway(server, n, base, tmp)
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration}
+
+    vids = list(gw.twins)
 
     async def measure() -> None:
         try:
@@ -80,16 +55,12 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
             print(f"gateway ready: {n} vehicles, measuring {args.duration:g} s at {args.cmd_rate:g} cmd/s", flush=True)
             await anyio.sleep(args.warmup)
             p0, t0 = gw.publisher.state_published, time.monotonic()
-            async with anyio.create_task_group() as tg:
-                async def cmds() -> None:
-                    out["commands"] = await commands_at_rate(nc, gw, args.cmd_rate, args.duration)
+            def pick(i: int) -> tuple[str, str]:  # vehicles in turn, each to the mode it is in
+                vid = vids[i % len(vids)]
+                return vid, gw.twins[vid].telemetry.mode or "STABILIZE"
 
-                async def bare() -> None:
-                    out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(
-                        server.url, args.cmd_rate, args.duration)
-
-                tg.start_soon(cmds)
-                tg.start_soon(bare)
+            out.update(await with_baseline(commands_at_rate(nc, pick, args.cmd_rate, args.duration),
+                                           server.url, args.cmd_rate, args.duration))
             wall = time.monotonic() - t0
             expected = n * sum(gw.cfg.rates_hz.values()) * wall
             out["state_msgs_per_s"] = round((gw.publisher.state_published - p0) / wall, 1)

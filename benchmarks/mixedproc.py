@@ -18,10 +18,12 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+from nats.aio.client import Client
 
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
@@ -33,6 +35,8 @@ from benchmarks.workers import (
     _scrape,
     _state_seq,
     _total,
+    links_up,
+    stop_gateway,
 )
 from gateway.config import DEFAULT_RATES_HZ
 from gateway.contract.natsconn import open_client
@@ -65,10 +69,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: 
             await asyncio.sleep(1.0)
             if proc.returncode is not None:
                 raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}")
-            try:
-                up = _total(await asyncio.to_thread(_scrape, port), "mavjet_link_up")
-            except OSError:
-                up = 0
+            up = await links_up(port)
             consumers = (await js.stream_info(CMD_STREAM)).state.consumer_count
             if up >= n and consumers >= n:
                 return time.monotonic() - started
@@ -99,6 +100,23 @@ async def _wait_streaming(port: int, expected_per_s: float, timeout_s: float) ->
     return rate
 
 
+async def with_baseline(commands: Awaitable[dict[str, Any]], url: str, rate_hz: float,
+                        seconds: float) -> dict[str, Any]:
+    """The commands' figures and the bare JetStream round trip at the same rate, measured side by side."""
+    out: dict[str, Any] = {}
+
+    async def cmds() -> None:
+        out["commands"] = await commands
+
+    async def bare() -> None:
+        out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(url, rate_hz, seconds)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cmds)
+        tg.start_soon(bare)
+    return out
+
+
 def _log_events(path: Path) -> dict[str, int]:
     """How often each warning or error event appeared in the gateway's JSON log (a disconnect, a timeout)."""
     counts: dict[str, int] = {}
@@ -113,29 +131,36 @@ def _log_events(path: Path) -> dict[str, int]:
     return counts
 
 
-async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float) -> dict[str, Any]:
-    """set_mode at `rate_hz`, open loop, vehicles in turn; publish → cmd_result seen, on our own connection."""
-    nc = await open_client(url)
+async def commands_at_rate(nc: Client, pick: Callable[[int], tuple[str, str]], rate_hz: float,
+                           seconds: float) -> dict[str, Any]:
+    """`set_mode` at `rate_hz`, open loop, to `pick(i)` = (vid, mode); publish → cmd_result seen by the issuer."""
     lat: list[float] = []
     results: dict[str, int] = {}
-    try:
-        async with CommandClient(nc, ENV, issuer="bench-mixed") as cc:
-            async def fire(i: int) -> None:
-                t0 = time.perf_counter()
-                try:
-                    r = await cc.call(f"VID-{i % n + 1:04d}", "set_mode", {"mode": MODE}, timeout_s=30)
-                    res = str(r.result)
-                except Exception as exc:  # a lost result is a figure here, not a crash
-                    res = f"error:{type(exc).__name__}"
-                lat.append((time.perf_counter() - t0) * 1000.0)
-                results[res] = results.get(res, 0) + 1
+    async with CommandClient(nc, ENV, issuer="bench-mixed") as cc:
+        async def fire(i: int) -> None:
+            vid, mode = pick(i)
+            t0 = time.perf_counter()
+            try:
+                r = await cc.call(vid, "set_mode", {"mode": mode}, timeout_s=30)
+                res = str(r.result)
+            except Exception as exc:  # a lost result is a figure here, not a crash
+                res = f"error:{type(exc).__name__}"
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            results[res] = results.get(res, 0) + 1
 
-            wall = await open_loop(rate_hz, seconds, fire)
-    finally:
-        await nc.close()
+        wall = await open_loop(rate_hz, seconds, fire)
     out = summary(lat, len(lat), wall)
     out["results"] = results
     return out
+
+
+async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float) -> dict[str, Any]:
+    """Vehicles in turn, on a connection of our own (as an operator's would be)."""
+    nc = await open_client(url)
+    try:
+        return await commands_at_rate(nc, lambda i: (f"VID-{i % n + 1:04d}", MODE), rate_hz, seconds)
+    finally:
+        await nc.close()
 
 
 async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int, base: int, tmp: str) -> dict[str, Any]:
@@ -167,16 +192,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         seq0, cpu0 = await _state_seq(server.url), [_proc_cpu_s(p) for p in pids]
         sim0 = _proc_cpu_s(sim_pid)
         t0 = time.monotonic()
-        async with anyio.create_task_group() as tg:
-            async def cmds() -> None:
-                out["commands"] = await commands_from_outside(server.url, n, args.cmd_rate, args.duration)
-
-            async def bare() -> None:
-                out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(
-                    server.url, args.cmd_rate, args.duration)
-
-            tg.start_soon(cmds)
-            tg.start_soon(bare)
+        out.update(await with_baseline(commands_from_outside(server.url, n, args.cmd_rate, args.duration),
+                                       server.url, args.cmd_rate, args.duration))
         wall = time.monotonic() - t0
         seq1 = await _state_seq(server.url)
         m1 = await asyncio.to_thread(_scrape, port)
@@ -201,13 +218,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
             b0, b1 = _buckets(m0, name, **match), _buckets(m1, name, **match)
             out[key] = {"p50_le": _quantile_ms(b0, b1, 0.5), "p99_le": _quantile_ms(b0, b1, 0.99)}
     finally:
-        proc.terminate()
-        try:
-            async with asyncio.timeout(60):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        await stop_gateway(proc)
     out["gateway_warnings"] = _log_events(Path(tmp) / "gateway-mixed.log")
     cmd, bare_rt = out.get("commands", {}), out.get("baseline_jetstream_roundtrip", {})
     if cmd.get("p99_ms") and bare_rt.get("p99_ms"):

@@ -74,6 +74,25 @@ def _quantile_ms(b0: dict[float, float], b1: dict[float, float], q: float) -> fl
     return None
 
 
+async def stop_gateway(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM (the gateway drains and closes), SIGKILL after 60 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(60):
+            await proc.wait()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+async def links_up(port: int) -> float:
+    """Links up, as the gateway's own /metrics says (0 while it does not answer yet)."""
+    try:
+        return _total(await asyncio.to_thread(_scrape, port), "mavjet_link_up")
+    except OSError:
+        return 0.0
+
+
 def _family(root: int) -> list[int]:
     """The gateway's processes: the supervisor (or single daemon) and its children."""
     pids = [root]
@@ -133,10 +152,7 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
             await asyncio.sleep(1.0)
             if proc.returncode is not None:
                 raise SystemExit(f"mavjet bench: the {workers}-worker gateway exited {proc.returncode}")
-            try:
-                up = _total(await asyncio.to_thread(_scrape, port), "mavjet_link_up")
-            except OSError:
-                up = 0
+            up = await links_up(port)
             if up >= n or time.monotonic() - started > 300:
                 break
         print(f"workers={workers}: {int(up)}/{n} links up in {time.monotonic() - started:.1f} s; "
@@ -161,13 +177,7 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
         load1 = _loadavg()
         await watcher.drain()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(60):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        await stop_gateway(proc)
 
     def delta(name: str, **match: str) -> float:
         return _total(m1, name, **match) - _total(m0, name, **match)

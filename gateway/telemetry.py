@@ -29,6 +29,7 @@ from drivers.mavlink.autopilot import is_airborne, is_autopilot_heartbeat
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.modes import ModeTable, flavour_of, table_for
 from drivers.mavlink.params import decode_param_id, decode_param_value, encoding_for
+from gateway.contract.units import haversine_m
 from gateway.statustext import REACHED_PREFIX, ReachedPairing, RepeatCollapser, Summary, text_data
 
 _ARMED = mavlink2.MAV_MODE_FLAG_SAFETY_ARMED
@@ -52,14 +53,6 @@ class Event:
     # Internal: for in-gateway subscribers only (the shadow, commands), never
     # published to TWIN_EVENTS nor counted as an event.
     internal: bool = False
-
-
-def _haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    r = 6_371_000.0
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    dp, dl = p2 - p1, math.radians(lon2 - lon1)
-    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * r * math.asin(min(1.0, math.sqrt(a)))
 
 
 @dataclass(slots=True)
@@ -260,7 +253,7 @@ class TelemetryModel:
             f = self._flight
             f.max_alt_m = max(f.max_alt_m, alt_rel)
             if f.last_lat is not None and f.last_lon is not None:
-                f.distance_m += _haversine_m(f.last_lat, f.last_lon, lat, lon)
+                f.distance_m += haversine_m(f.last_lat, f.last_lon, lat, lon)
             f.last_lat, f.last_lon = lat, lon
             if not self._seen_extended_state:
                 # No EXTENDED_SYS_STATE: infer airborne from height above home.
@@ -359,7 +352,7 @@ class TelemetryModel:
     def _home_position(self, m: MavMessage, recv_ns: int) -> None:
         home = (m.latitude * 1e-7, m.longitude * 1e-7, m.altitude * 1e-3)
         prev = self.home
-        if prev is None or _haversine_m(prev[0], prev[1], home[0], home[1]) > 1.0 or abs(prev[2] - home[2]) > 1.0:
+        if prev is None or haversine_m(prev[0], prev[1], home[0], home[1]) > 1.0 or abs(prev[2] - home[2]) > 1.0:
             self.home = home
             self.emit("home_set", recv_ns, home_lat_deg=home[0], home_lon_deg=home[1], home_alt_msl_m=home[2])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -68,3 +69,12 @@ def parse_instant(value: str, *, now: dt.datetime | None = None) -> dt.datetime:
             "an ISO 8601 time (2026-11-20T10:00, UTC unless an offset is given) or epoch seconds"
         ) from None
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Great-circle distance in metres (mean Earth radius): the gateway's flight distance, synth's tracks."""
+    r = 6_371_000.0
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * r * math.asin(min(1.0, math.sqrt(a)))
