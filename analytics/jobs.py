@@ -51,26 +51,31 @@ def add_flight_columns(events: DataFrame) -> DataFrame:
     Only valid rows count, so the numbers on the valid rows are exactly
     with_flight's. A caller that runs several jobs (the replay) caches this
     once: with_flight then finds the columns and skips its window passes.
+
+    One sort: both columns come from running windows over the vehicle's
+    events in (time, seq) order. flight_no only grows in that order, so the
+    first `disarmed` of the current flight seen so far is the greatest
+    (flight_no, -time) among the disarms up to the row; a row before it in
+    its flight is in flight (its time is at most the disarm's), as before.
+    The rows come out sorted by (vid, time, seq), which is also their order
+    by flight: the per-flight jobs window over that order without sorting.
     """
     ok = _valid_cond()
-    order = Window.partitionBy("vid").orderBy("time", "seq")
-    ev = events.withColumn(
-        "flight_no",
-        F.sum(F.when(_t("armed") & ok, 1).otherwise(0)).over(order.rowsBetween(Window.unboundedPreceding, 0)),
-    )
-    # Ordered, though min() needs no order: the rows then come out sorted by
-    # (vid, flight_no, time, seq), and a cache of them hands that order to
-    # every per-flight window downstream, which then skips its own sort.
-    per_flight = (
-        Window.partitionBy("vid", "flight_no")
-        .orderBy("time", "seq")
-        .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    )
-    ev = ev.withColumn("_disarm_time", F.min(F.when(_t("disarmed") & ok, F.col("time"))).over(per_flight))
+    running = Window.partitionBy("vid").orderBy("time", "seq").rowsBetween(Window.unboundedPreceding, 0)
+    ev = events.withColumn("flight_no", F.sum(F.when(_t("armed") & ok, 1).otherwise(0)).over(running))
+    # same window: Spark evaluates it on the same sorted rows, no second sort
+    first_disarm = F.max(
+        F.when(
+            _t("disarmed") & ok,
+            F.struct(F.col("flight_no").alias("f"), (-F.unix_micros("time")).alias("neg_us")),
+        )
+    ).over(running)
+    ev = ev.withColumn("_disarm", first_disarm)
+    disarm_us = F.when(F.col("_disarm.f") == F.col("flight_no"), -F.col("_disarm.neg_us"))
     return ev.withColumn(
         "in_flight",
-        (F.col("flight_no") > 0) & (F.col("_disarm_time").isNull() | (F.col("time") <= F.col("_disarm_time"))),
-    ).drop("_disarm_time")
+        (F.col("flight_no") > 0) & (disarm_us.isNull() | (F.unix_micros("time") <= disarm_us)),
+    ).drop("_disarm")
 
 
 def with_flight(events: DataFrame) -> DataFrame:
@@ -122,13 +127,18 @@ def flights(events: DataFrame) -> DataFrame:
     """
     ev_all = with_flight(events)
     ev = ev_all.where("in_flight")
-    order = Window.partitionBy("vid", "flight_no").orderBy("time", "seq")
+    # The previous sample within the flight: the vehicle's previous in-flight
+    # row when it belongs to the same flight. Ordered per vehicle, not per
+    # flight, as the replay's cache already is (add_flight_columns): no sort.
+    order = Window.partitionBy("vid").orderBy("time", "seq")
+    same_flight = F.lag("flight_no").over(order) == F.col("flight_no")
+
+    def prev(c: str) -> Column:
+        return F.when(same_flight, F.lag(c).over(order))
+
     ev = ev.withColumn(
-        "_leg_m",
-        _haversine_m(
-            F.lag("lat_deg").over(order), F.lag("lon_deg").over(order), F.col("lat_deg"), F.col("lon_deg")
-        ),
-    ).withColumn("_leg_s", _seconds_between(F.lag("time").over(order), F.col("time")))
+        "_leg_m", _haversine_m(prev("lat_deg"), prev("lon_deg"), F.col("lat_deg"), F.col("lon_deg"))
+    ).withColumn("_leg_s", _seconds_between(prev("time"), F.col("time")))
     ts = F.struct("time", "seq")
     agg = ev.groupBy("vid", "flight_no").agg(
         F.min(F.when(_t("armed"), F.col("time"))).alias("start"),
@@ -212,7 +222,9 @@ def failsafe_events(events: DataFrame) -> DataFrame:
     `landed_time` is the first `landed` after the failsafe within the same
     flight; null when the vehicle did not land (yet) in the data read.
     """
-    ev = with_flight(events)
+    # Only failsafes and landings matter to the window (a few % of the
+    # events): sorting those per flight is cheap, all events would not be.
+    ev = with_flight(events).where(_t("failsafe") | _t("landed"))
     after = Window.partitionBy("vid", "flight_no").orderBy("time", "seq").rowsBetween(1, Window.unboundedFollowing)
     ev = ev.withColumn("landed_time", F.min(F.when(_t("landed"), F.col("time"))).over(after))
     return ev.where(_t("failsafe")).select(

@@ -4,8 +4,10 @@ Each partition opens its own connection (a Python worker cannot share the
 driver's) and reads its range with one ordered push consumer started at the
 range's first sequence. Messages arrive on a callback subscription: on these
 machines that is 3-5x faster than fetch/next_msg/async-for, which create a
-task per message. Each message is decoded once, in the
-callback, into column lists (`analytics.columns.Columns`).
+task per message. `analytics.natsfast` goes further and takes the
+consumer's messages off the connection's read buffer itself (no `Msg`, no
+queue, no header parsing). Each message is decoded once, into a row
+(`analytics.columns.Columns`); a batch of rows becomes columns.
 
 `iter_range` is a plain generator so Spark's `read()` can pull batches: it
 drives a private event loop only while it waits for the next batch, which
@@ -17,20 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
+from analytics import natsfast
 from analytics.columns import Columns
 from analytics.options import SourceOptions
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
 from gateway.contract.natsconn import NatsOptions
+
+_T = TypeVar("_T")
 
 
 class SourceError(MavjetError):
@@ -191,6 +197,8 @@ class RangeReader:
         if hasattr(self._nc, "_parse_header_lines"):
             # an instance attribute shadows the static method for this connection only
             setattr(self._nc, "_parse_header_lines", _header_lines)  # noqa: B010
+        # before subscribing, so that every data message takes the same path, in order
+        natsfast.install(self._nc, self._on_msg, self._on_data)
         js = self._nc.jetstream()
         cfg = api.ConsumerConfig(
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
@@ -220,15 +228,21 @@ class RangeReader:
             self._wake.set()
 
     async def _on_msg(self, msg: Msg) -> None:
+        """nats-py's callback: used only where the short cut (analytics.natsfast) is not installed."""
         if self.done or not msg.reply:
             return
         seq, pending = _seq_and_pending(msg.reply)
+        self._on_data(seq, pending, msg.subject, msg.data)
+
+    def _on_data(self, seq: int, pending: int, subject: str | bytes, payload: bytes) -> None:
+        if self.done:
+            return
         if seq > self.end:
             self._finish()
             return
         self.read_msgs += 1
         n = len(self.cols)
-        t_us = self.cols.add(self.opts.stream, seq, msg.subject, msg.data)
+        t_us = self.cols.add(self.opts.stream, seq, subject, payload)
         if t_us is not None and (
             (self.time_from_us is not None and t_us < self.time_from_us)
             or (self.time_to_us is not None and t_us >= self.time_to_us)
@@ -239,7 +253,7 @@ class RangeReader:
         elif len(self.cols) >= self.opts.batch_rows and self._wake is not None:
             self._wake.set()
 
-    async def next_batch(self) -> list[list[Any]] | None:
+    async def next_batch(self) -> list[Sequence[Any]] | None:
         """The next batch of columns, or None when the range is read."""
         assert self._wake is not None
         while not self.done and len(self.cols) < self.opts.batch_rows:
@@ -280,14 +294,14 @@ def iter_range(
     *,
     time_from_us: int | None = None,
     time_to_us: int | None = None,
-) -> Iterator[list[list[Any]]]:
+) -> Iterator[list[Sequence[Any]]]:
     """Blocking generator of column batches for [start, end]. Owns a private event loop."""
     loop = asyncio.new_event_loop()
     reader = RangeReader(opts, start, end, time_from_us=time_from_us, time_to_us=time_to_us)
     try:
         loop.run_until_complete(reader.open())
         while True:
-            batch = loop.run_until_complete(reader.next_batch())
+            batch = _without_gc(loop, reader.next_batch())
             if batch is None:
                 return
             yield batch
@@ -295,6 +309,24 @@ def iter_range(
         loop.run_until_complete(reader.close())
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def _without_gc(loop: asyncio.AbstractEventLoop, step: Coroutine[Any, Any, _T]) -> _T:
+    """Run `step` with the cyclic garbage collector paused.
+
+    Decoding a batch allocates a row list and a data map per event and frees
+    them without cycles, yet every few hundred allocations the collector
+    scanned them and, as they aged, everything the worker holds (one
+    reader, two trials each: 53-68k events/s with it, 84-86k without). It
+    runs again as usual while the caller handles the batch.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return loop.run_until_complete(step)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def run(coro_opts: SourceOptions) -> tuple[int, int]:

@@ -34,7 +34,9 @@ JOBS = ("flights", "commands", "failsafes", "timeline")
 # The jobs read the decoded columns only. The raw JSON (`data`) is the widest
 # column by far; caching without it (and the constant stream/subject) keeps
 # a 10M-event replay in memory instead of spilling or running out of heap.
-NOT_CACHED = ("stream", "subject", "data")
+# No job, output or page reads alt_msl_m, flavour or mav_result either (the
+# first two are on every event): less to shuffle, sort and cache.
+NOT_CACHED = ("stream", "subject", "data", "alt_msl_m", "flavour", "mav_result")
 TIMELINE_REPORT_ROWS = 500
 
 

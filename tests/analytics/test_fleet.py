@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,6 +126,28 @@ def test_command_chains_reuse_the_caches_partitioning(events: Any) -> None:
         chains = fleet.command_chains(cached)
         assert _exchanges(chains) == _exchanges(cached.select("vid")) >= 1
         assert chains.count() > 0
+    finally:
+        cached.unpersist()
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_flight_columns_sort_once_and_the_flights_window_not_again(events: Any) -> None:
+    # flight_no and in_flight from running windows over one sort by (vid, time, seq);
+    # the flights job's per-flight lag then reads the cache in that order without a sort.
+    cached = jobs.add_flight_columns(events).persist()
+    try:
+        assert cached.count() == events.count()
+        sorts = [line for line in _plan(cached.select("vid")).splitlines() if "Sort [" in line]
+        # one sort, by (vid, time, seq) (the plan may print it twice: AQE's final and initial plan)
+        assert sorts and all("vid" in line and "flight_no" not in line for line in sorts)
+        ops = [re.sub(r"^[\s:+-]*(\*\(\d+\) )?", "", line) for line in _plan(jobs.flights(cached)).splitlines()]
+        lag_at = [i for i, op in enumerate(ops) if op.startswith("Window [lag(")]
+        # below each: projections and filters of the cache scan, no Sort (and no Exchange)
+        below = [next(op for op in ops[i + 1 :] if not op.startswith(("Project", "Filter"))) for i in lag_at]
+        assert lag_at and all(op.startswith("InMemoryTableScan") for op in below), below
     finally:
         cached.unpersist()
 
