@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cmd-rate", type=float, default=10.0, help="commands per second, open loop (default %(default)s)")
     p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds of streaming before measuring")
+    p.add_argument("--shaping", action="store_true",
+                   help="let the uplink shaper shed state (off: every configured sample is published, as in "
+                   "`bench ingest`)")
     p.add_argument("--in-process", action="store_true",
                    help="run the gateway in this process, on the issuer's event loop (the first version's setup)")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")

@@ -49,17 +49,19 @@ ENV = "bench"
 MODE = "STABILIZE"  # the sim accepts any mode while disarmed, as ArduCopter does: a harmless command
 
 
-def _config(tmp: str, url: str, n: int, base: int) -> Path:
+def _config(tmp: str, url: str, n: int, base: int, *, shaping: bool) -> Path:
     conf = Path(tmp) / "gateway-mixed.toml"
     lines = [f'env = "{ENV}"', 'instance = "bench"', f'state_dir = "{tmp}/state-mixed"',
-             f"startup_timeout_s = {max(10.0, n / 20)}", "[nats]", f'servers = ["{url}"]']
+             f"startup_timeout_s = {max(10.0, n / 20)}", "[nats]", f'servers = ["{url}"]',
+             "[uplink]", f"enabled = {'true' if shaping else 'false'}"]
     for i in range(n):
         lines += ["[[vehicles]]", f'vid = "VID-{i + 1:04d}"', f'endpoint = "tcp:127.0.0.1:{base + 10 * i}"']
     conf.write_text("\n".join(lines) + "\n")
     return conf
 
 
-async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: int, timeout_s: float) -> float:
+async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: int, timeout_s: float, *,
+                      log_path: Path) -> float:
     """Every link up (the gateway's metrics) and every vehicle's command consumer registered; seconds taken."""
     nc = await open_client(url)
     js = nc.jetstream()
@@ -75,7 +77,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: 
                 return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
                 raise SystemExit(f"mavjet bench mixed: {int(up)}/{n} links up, {consumers}/{n} command consumers "
-                                 f"after {timeout_s:.0f} s")
+                                 f"after {timeout_s:.0f} s; gateway warnings: {_log_events(log_path)}")
     finally:
         await nc.close()
 
@@ -169,7 +171,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     await nc.close()
     port = free_port()
-    conf = _config(tmp, server.url, n, base)
+    conf = _config(tmp, server.url, n, base, shaping=args.shaping)
     with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
@@ -179,7 +181,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
                            "gateway": "own process"}
     try:
-        took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5))
+        took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5), log_path=Path(tmp) / "gateway-mixed.log")
         print(f"gateway ready: {n} links and command consumers in {took:.1f} s; measuring {args.duration:g} s "
               f"at {args.cmd_rate:g} cmd/s once state streams", flush=True)
         expected = n * sum(DEFAULT_RATES_HZ.values())
@@ -210,6 +212,9 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         out["state_published_per_s"] = round((_published(m1) - _published(m0)) / wall, 1)
         out["state_dropped_per_s"] = round(delta("mavjet_publishes_total", kind="state", result="dropped") / wall, 1)
         out["mavlink_msgs_per_s"] = round(delta("mavjet_mavlink_messages_total") / wall, 1)
+        # What the uplink shaper (on by default, as deployed) held back, and its level at the end.
+        out["uplink_shed_per_s"] = round(delta("mavjet_uplink_shed_total") / wall, 1)
+        out["uplink_level_end"] = _total(m1, "mavjet_uplink_level")
         # Where a command's time goes, from the gateway's own histograms (bucket bounds): delivery to its
         # cmd_result inside the gateway, and an event's spool to JetStream ack (cmd_result is an event).
         for key, name, match in (("gateway_command_ms", "mavjet_command_duration_seconds", {"command": "set_mode"}),

@@ -36,13 +36,30 @@ def test_delivery_rate_from_bytes_written_between_pongs() -> None:
     assert est.capacity_bytes_s == pytest.approx(8000.0)  # the best rate of the window
 
 
-def test_bytes_still_in_the_client_buffer_are_behind_the_ping() -> None:
+def test_bytes_still_in_the_client_buffer_are_before_the_ping() -> None:
     est = UplinkEstimator()
     _probe(est, 0, 0.2)
     est.sent_bytes += 8000
-    est.probe_sent(1 * S, counting=True, pending_bytes=6000)  # nats-py writes PING ahead of its buffer
+    # The gateway's client queues its PING behind its buffer (OrderedFlushClient): all 8,000 bytes precede it.
+    est.probe_sent(1 * S, counting=True, pending_bytes=6000)
     est.probe_acked(int(1.2 * S))
-    assert est.capacity_bytes_s == pytest.approx(2000.0)
+    assert est.capacity_bytes_s == pytest.approx(8000.0)
+
+
+def test_event_loop_lag_is_not_taken_for_a_queue_in_the_link() -> None:
+    """A busy gateway's PONG waits for its loop: that lag comes off the round trip, a link's queue does not."""
+    busy = UplinkShaper(UplinkConfig())
+    _probe(busy.est, 0, 0.01)  # the base round trip of a fast link
+    busy.est.note_loop_lag(0.4, int(0.9 * S))
+    _probe(busy.est, 1 * S, 0.42)  # 0.4 s of it was the loop
+    assert busy.est.queue_delay_s() < 0.05
+    assert busy.update(int(1.5 * S)) is Level.NORMAL
+    thin = UplinkShaper(UplinkConfig())
+    _probe(thin.est, 0, 0.01)
+    thin.est.note_loop_lag(0.01, int(0.9 * S))
+    _probe(thin.est, 1 * S, 0.7)  # a loop on time, a standing queue in the link
+    assert thin.est.queue_delay_s() == pytest.approx(0.68, abs=0.01)
+    assert thin.update(int(1.8 * S)) is Level.NEWEST_ONLY
 
 
 def test_no_rate_from_probes_taken_while_not_counting() -> None:
