@@ -20,12 +20,11 @@ delivered → the subscription is stale, re-bound.
 Those JetStream API calls (consumer info, create, bind) go through one
 limiter for the whole fleet (`API_CONCURRENCY` at a time). A thousand
 vehicles starting at once would otherwise send a thousand creates while the
-server is busy storing their first state: each create takes the stream's
-lock and writes the consumer's files, the server falls behind, requests
-time out and are retried, and the retries keep it behind (measured: 519 and
-612 of 1,000 consumers after 200 s on a loaded 2-core machine, never more).
-A bounded number in flight keeps every request within its timeout, so the
-fleet registers at the server's own pace.
+server is busy storing their first state; the creates time out, are
+retried, and the retries add to the server's queue (seen at 1,000 vehicles:
+create timeouts in the log, 519 and 612 of 1,000 consumers after 200 s).
+With the limit no create times out; registration can still be slow on such
+a server (docs/benchmarks.md, Commands under load).
 """
 
 from __future__ import annotations
