@@ -31,7 +31,7 @@ from gateway.contract.subjects import (
     shadow_key,
     state_subject,
 )
-from gateway.shadow.kvstore import KeyWatch
+from gateway.shadow.kvstore import KeyWatch, ShadowStore
 from tests.security.conftest import ENV, Secured
 from tests.security.support import JS_TIMEOUT_S, clean, refused
 
@@ -57,9 +57,9 @@ class _Access:
         self.js = nc.jetstream(timeout=JS_TIMEOUT_S)
 
 
-class _Store:
-    def __init__(self, nc: Client) -> None:
-        self.publisher = _Access(nc)
+def _store(nc: Client) -> ShadowStore:
+    """The gateway's ShadowStore over one identity's connection."""
+    return ShadowStore(_Access(nc))  # type: ignore[arg-type]
 
 
 async def test_inbox_prefix_comes_from_the_credential(secured: Secured) -> None:
@@ -158,7 +158,7 @@ async def test_vehicle_shadow_own_keys_only(hub: Secured) -> None:
         await kv1.put(shadow_key(ENV, "VID-001", "meta"), b"{}")
         await kv1.put(shadow_key(ENV, "VID-001", "config"), b"{}")
         # The filtered watch (what the gateway uses) works with these permissions.
-        watch = await KeyWatch(_Store(v1), shadow_key(ENV, "VID-001", "desired")).start()  # type: ignore[arg-type]
+        watch = await KeyWatch(_store(v1), shadow_key(ENV, "VID-001", "desired")).start()
         try:
             first = await watch.updates(2.0)
             assert first.value == b'{"mode":"GUIDED"}'
@@ -181,7 +181,7 @@ async def test_vehicle_shadow_own_keys_only(hub: Secured) -> None:
                       lambda: kv2.get(shadow_key(ENV, "VID-001", "desired")))
         await refused(v2, f"$JS.API.CONSUMER.CREATE.{KV_STREAM}", lambda: kv2.watch(f"fleet.{ENV}.veh.*.desired"))
         await refused(v2, f"$JS.API.CONSUMER.CREATE.{KV_STREAM}", kv2.watchall)
-        spy = KeyWatch(_Store(v2), f"fleet.{ENV}.veh.*.desired")  # type: ignore[arg-type]
+        spy = KeyWatch(_store(v2), f"fleet.{ENV}.veh.*.desired")
         await refused(v2, f"$JS.API.CONSUMER.CREATE.{KV_STREAM}.shadow_", spy.start)
         await refused(v2, "_INBOX.>", lambda: v2.subscribe("_INBOX.>"))
         await refused(v2, "_INBOX_VID-001.>", lambda: v2.subscribe("_INBOX_VID-001.>"))
