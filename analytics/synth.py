@@ -436,6 +436,6 @@ def default_end_ns() -> int:
 
 __all__ = [
     "AuditConfig", "ChainTruth", "CommandTruth", "FailsafeTruth", "FlightPath", "FlightTruth", "Published",
-    "SynthEvent", "Truth", "default_end_ns", "generate", "generate_days", "haversine_m", "publish",
+    "SynthEvent", "Truth", "default_end_ns", "generate", "generate_days", "publish",
     "publish_history", "vid_name",
 ]

@@ -49,8 +49,6 @@ log = structlog.get_logger("mavjet.recorder")
 
 TRACKS_SPOOL = "tracks.sqlite"
 
-# The sample format is the contract's (shared with `mavjet synth`); re-exported for this module's callers.
-__all__ = ["TRACKS_SPOOL", "TrackRecorder", "encode_sample", "track_msg_id", "track_sample"]
 
 
 class TrackRecorder:

@@ -60,16 +60,13 @@ async def drain_spool(spool: Spool, js: JetStreamContext, *, timeout_s: float,
         except Exception as exc:
             if on_error is not None:
                 on_error(exc)
-            # nats-py never times an ack out itself: a future left waiting holds
-            # one of the context's `publish_async_max_pending` slots for good.
-            for f in futs:
-                f.cancel()
             raise
         finally:
-            if last_ok is None:
-                for f in futs:
-                    f.cancel()
-            else:
+            # nats-py never times an ack out itself: a future left waiting holds one of the
+            # context's `publish_async_max_pending` slots for good (cancelling a done one is a no-op).
+            for f in futs:
+                f.cancel()
+            if last_ok is not None:
                 n = sum(1 for e in batch if e.rowid <= last_ok)
                 elapsed_s = time.monotonic() - t0
                 await spool.remove_upto(last_ok)

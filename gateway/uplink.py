@@ -119,24 +119,22 @@ class WindowedMin:
 
 
 class UplinkEstimator:
-    """Round trip, queue delay, pending bytes and delivery rate of the uplink."""
+    """Round trip, queue delay and delivery rate of the uplink."""
 
     def __init__(self, *, base_window_s: float = 300.0, rate_window_s: float = 10.0, lag_window_s: float = 3.0) -> None:
         self.base_rtt = WindowedMin(base_window_s)
         self._lags = WindowedMin(lag_window_s)  # of negated lags: the worst lag of the window
         self.rtt_s: float | None = None
         self.sent_bytes = 0  # counted while shaping (the shaper's state, bulk chunks)
-        self.pending_bytes = 0  # the client's write buffer at the last look
         self._rate_window_ns = int(rate_window_s * 1e9)
         self._rates: deque[tuple[int, float]] = deque()  # (time, delivery-rate sample B/s)
         self._last_ack: tuple[int, int] | None = None  # (ack time, bytes sent before that probe)
         self._probe: tuple[int, int, bool] | None = None  # (send time, bytes sent before it, counting)
 
-    def probe_sent(self, now_ns: int, *, counting: bool, pending_bytes: int = 0) -> None:
-        """A PING went out, behind the client's write buffer (`pending_bytes`: the gateway's client
-        queues its PING after what is buffered, gateway/contract/natsconn.py), so every byte
-        counted so far is before it and its round trip includes that buffer."""
-        self.pending_bytes = pending_bytes
+    def probe_sent(self, now_ns: int, *, counting: bool) -> None:
+        """A PING went out, behind the client's write buffer (the gateway's client queues its PING
+        after what is buffered, gateway/contract/natsconn.py), so every byte counted so far is
+        before it and its round trip includes that buffer."""
         before = self.sent_bytes
         if self._last_ack is not None:
             before = max(before, self._last_ack[1])
@@ -250,7 +248,7 @@ class UplinkShaper:
         if not self.cfg.enabled:
             return self.level
         cfg, delay = self.cfg, self.est.queue_delay_s(now_ns)
-        cap = self.est.capacity_bytes_s  # the client's own buffer is in the round trip: the PING queues behind it
+        cap = self.est.capacity_bytes_s
         up = Level.NEWEST_ONLY if delay >= cfg.newest_only_delay_s else Level.DECIMATE if delay >= cfg.target_delay_s \
             else Level.NORMAL
         if up > self.level:
@@ -382,7 +380,7 @@ class UplinkMonitor(UplinkShaper):
                 await anyio.sleep(cfg.probe_interval_s)
                 continue
             t0 = time.monotonic_ns()
-            self.est.probe_sent(t0, counting=self.shaping, pending_bytes=int(getattr(nc, "_pending_data_size", 0) or 0))
+            self.est.probe_sent(t0, counting=self.shaping)
             if await self._ping(nc):
                 self.link_up = True
                 self.est.probe_acked(time.monotonic_ns())

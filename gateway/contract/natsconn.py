@@ -195,7 +195,7 @@ class OrderedFlushClient(Client):
     connection publish would miss those messages (tests caught it: 0 of 23
     states seen, while the stream had acked them). nats.py2 fixed the same
     bug in 2017 by sending the PING through the flusher; this does the same.
-    `tests/contract/test_natsconn_flush.py` checks the order and that the
+    `tests/gateway/test_natsconn_flush.py` checks the order and that the
     private names this relies on are still there.
     """
 

@@ -12,7 +12,8 @@ import pytest
 
 from analytics import fleet, jobs
 from analytics.columns import SCHEMA_DDL
-from analytics.synth import Truth, generate, haversine_m
+from analytics.synth import Truth, generate
+from gateway.contract.units import haversine_m
 from tests.analytics.support import History, read
 from tests.analytics.test_jobs import _ns, _pct
 

@@ -16,7 +16,7 @@ import pytest
 
 from analytics.charts import time_series_figure, track_figure
 from analytics.flightreport import flight_file, flight_page, project_m, track_svg
-from analytics.synth import haversine_m
+from gateway.contract.units import haversine_m
 
 T0 = dt.datetime(2025, 6, 1, 12, 0, 0)
 

@@ -11,7 +11,7 @@ import pytest
 
 from analytics import jobs
 from analytics.columns import SCHEMA_DDL
-from analytics.synth import haversine_m
+from gateway.contract.units import haversine_m
 from tests.analytics.support import History, read
 
 EPOCH = dt.datetime(1970, 1, 1)

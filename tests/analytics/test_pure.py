@@ -12,9 +12,10 @@ import pytest
 from analytics.columns import COLUMN_NAMES, SCHEMA_DDL, Columns, event_type
 from analytics.options import SourceOptions, format_time_us, parse_time_us, plan_ranges
 from analytics.report import ReportData, bar_chart, grouped_log_bars, render, stacked_columns
-from analytics.synth import AuditConfig, Truth, generate, haversine_m
+from analytics.synth import AuditConfig, Truth, generate
 from gateway.contract.envelope import pack
 from gateway.contract.errors import ConfigError
+from gateway.contract.units import haversine_m
 
 T0_NS = 1_749_945_600 * 10**9
 

@@ -29,10 +29,11 @@ from gateway.contract.envelope import unpack
 from gateway.contract.errors import ConfigError
 from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import TRACKS_STREAM, track_subject
+from gateway.contract.tracks import encode_sample, track_msg_id, track_sample
 from gateway.daemon import Gateway
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.recorder import TRACKS_SPOOL, TrackRecorder, encode_sample, track_msg_id, track_sample
+from gateway.recorder import TRACKS_SPOOL, TrackRecorder
 from sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, gateway_config, running, wait_for, wait_for_async
 

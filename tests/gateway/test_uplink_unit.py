@@ -40,8 +40,9 @@ def test_bytes_still_in_the_client_buffer_are_before_the_ping() -> None:
     est = UplinkEstimator()
     _probe(est, 0, 0.2)
     est.sent_bytes += 8000
-    # The gateway's client queues its PING behind its buffer (OrderedFlushClient): all 8,000 bytes precede it.
-    est.probe_sent(1 * S, counting=True, pending_bytes=6000)
+    # The gateway's client queues its PING behind its buffer (OrderedFlushClient): all 8,000 bytes precede
+    # it, those still in the buffer too.
+    est.probe_sent(1 * S, counting=True)
     est.probe_acked(int(1.2 * S))
     assert est.capacity_bytes_s == pytest.approx(8000.0)
 
