@@ -17,12 +17,14 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
@@ -43,6 +45,8 @@ from gateway.spool import Spool
 from gateway.vehicle import VehicleTwin
 
 log = structlog.get_logger("mavjet.gateway")
+# The longest the fleet-wide state tick holds the event loop before it yields (see `_ticker`).
+TICK_STEP_S = 0.003
 
 
 class Gateway:
@@ -112,7 +116,14 @@ class Gateway:
         self.stopping.set()
 
     async def _ticker(self) -> None:
-        """One wake-up per tick for the whole fleet: publish what is fresh and due."""
+        """One wake-up per tick for the whole fleet: publish what is fresh and due.
+
+        A tick's work is cut into steps of at most `TICK_STEP_S`, each published and followed by a
+        yield: at a thousand vehicles one tick is thousands of samples (the link channel of every
+        vehicle at once), and as one step it held the event loop for up to ~150 ms, so a command's
+        delivery, its vehicle's ACK and its result waited behind state. Order per channel holds:
+        one task publishes, in collection order.
+        """
         twins = list(self.twins.values())
         dirty = self._dirty
         link_hz = self.cfg.rates_hz.get("link")
@@ -120,6 +131,8 @@ class Gateway:
         clock = self.clock
         next_link_ns = clock.now_ns()
         tick_gauge = self.metrics.loop_tick
+        publish_states = self.publisher.publish_states
+        perf = time.perf_counter
         while True:
             now_ns = clock.now_ns()
             tick_gauge.set(now_ns / 1e9)
@@ -127,22 +140,33 @@ class Gateway:
                 batch = list(dirty)
                 dirty.clear()
                 due: list[tuple[str, bytes, int]] = []
-                for twin in batch:
+                step_end = perf() + TICK_STEP_S
+                for i, twin in enumerate(batch):
                     try:
                         if twin.collect_due(now_ns, due):
                             dirty.add(twin)
                     except Exception:  # one vehicle's bad state must not stop the others' publishing
                         twin.fresh.clear()
                         twin.report_error("publish")
+                    if i & 15 == 15 and perf() >= step_end:
+                        if due:
+                            await publish_states(due)  # one buffer write per step
+                            due = []
+                        await anyio.lowlevel.checkpoint()
+                        step_end = perf() + TICK_STEP_S
                 if due:
-                    await self.publisher.publish_states(due)  # one buffer write for the tick's plain publishes
+                    await publish_states(due)
             if link_every_ns is not None and now_ns >= next_link_ns:
                 next_link_ns = max(next_link_ns + link_every_ns, now_ns)
-                for twin in twins:
+                step_end = perf() + TICK_STEP_S
+                for i, twin in enumerate(twins):
                     try:
                         await twin.publish_link(now_ns)
                     except Exception:
                         twin.report_error("publish")
+                    if i & 15 == 15 and perf() >= step_end:
+                        await anyio.lowlevel.checkpoint()
+                        step_end = perf() + TICK_STEP_S
             await anyio.sleep(self.cfg.publish_tick_s)
 
     async def _watchdog(self) -> None:

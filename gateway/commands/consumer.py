@@ -13,9 +13,11 @@ redelivery (nak with delay) is not overtaken by a later one.
 
 nats-py pull subscriptions can go stale across a server restart (the fetch
 request goes nowhere and every fetch just times out). The loop therefore
-re-binds after every reconnect, and every `STALE_CHECK_S` of idle fetches it
-asks the server for the consumer: missing → re-created; messages pending but
-none delivered → the subscription is stale, re-bound.
+re-binds after every reconnect, and every `STALE_CHECK_S` of idle requests,
+or at once after a request the server never ended (`gateway/commands/pull.py`
+waits for the server's end of each request instead of timing out locally),
+it asks the server for the consumer: missing → re-created; messages pending
+but none delivered → the subscription is stale, re-bound.
 
 Those JetStream API calls (consumer info, create, bind) go through one
 limiter for the whole fleet (`API_CONCURRENCY` at a time). A thousand
@@ -34,7 +36,6 @@ import time
 from typing import Any
 
 import anyio
-import nats.errors
 import structlog
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
@@ -45,6 +46,7 @@ from nats.js.errors import NotFoundError
 from drivers.mavlink.backoff import Backoff
 from gateway.commands.executor import CommandExecutor
 from gateway.commands.ledger import Ledger
+from gateway.commands.pull import PullOne
 from gateway.config import CommandsConfig, GatewayConfig
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, command_consumer
 from gateway.services import ServiceContext, VehicleHandle
@@ -166,22 +168,22 @@ class VehicleCommands:
         timeout = self.cfg.commands.fetch_timeout_s
         # The first check at a random point of the period, so a fleet that bound together does not ask together.
         next_check = time.monotonic() + random.uniform(0.5, 1.0) * max(timeout, STALE_CHECK_S)
+        pull = PullOne(sub)
         while True:
             if nc.stats["reconnects"] != reconnects:
                 raise _Rebind("NATS reconnected")
             if not nc.is_connected:
                 await anyio.sleep(0.1)
                 continue
-            try:
-                msgs = await sub.fetch(1, timeout=timeout)
-            except nats.errors.TimeoutError:
-                if time.monotonic() >= next_check:
+            msg = await pull.next(timeout)
+            if msg is None:
+                # A request the server never ended is a sign of a stale subscription: check at once.
+                if not pull.answered or time.monotonic() >= next_check:
                     next_check = time.monotonic() + max(timeout, STALE_CHECK_S)
                     await self._check_stale(js)
                 continue
-            for msg in msgs:
-                done = await self.executor.handle(msg)
-                self.dispositions[done] = self.dispositions.get(done, 0) + 1
+            done = await self.executor.handle(msg)
+            self.dispositions[done] = self.dispositions.get(done, 0) + 1
 
     async def _check_stale(self, js: JetStreamContext) -> None:
         try:
