@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.contract.errors import ConfigError
-from gateway.uplink import FRAME_OVERHEAD_BYTES, Level, UplinkConfig, UplinkEstimator, UplinkShaper
+from gateway.uplink import FRAME_OVERHEAD_BYTES, LAG_HOPS, Level, UplinkConfig, UplinkEstimator, UplinkShaper
 
 S = 1_000_000_000  # ns
 
@@ -59,8 +59,21 @@ def test_event_loop_lag_is_not_taken_for_a_queue_in_the_link() -> None:
     _probe(thin.est, 0, 0.01)
     thin.est.note_loop_lag(0.01, int(0.9 * S))
     _probe(thin.est, 1 * S, 0.7)  # a loop on time, a standing queue in the link
-    assert thin.est.queue_delay_s() == pytest.approx(0.68, abs=0.01)
+    assert thin.est.queue_delay_s() == pytest.approx(0.7 - LAG_HOPS * 0.01 - 0.01, abs=0.005)
     assert thin.update(int(1.8 * S)) is Level.NEWEST_ONLY
+
+
+def test_a_saturated_loop_is_not_taken_for_a_queue_in_the_link() -> None:
+    """At 99 % CPU a probe waits for the loop at each of its passes (the PING's write, the PONG's read,
+    the prober's wake-up), each up to the loop's worst lag: ~3 lags of round trip, none of it the link's."""
+    busy = UplinkShaper(UplinkConfig())
+    _probe(busy.est, 0, 0.01)
+    for i in range(30):  # 3 s of probes, each ~3 passes of a loop 150 ms behind
+        busy.est.note_loop_lag(0.15, int((1 + i * 0.1) * S))
+        _probe(busy.est, int((1 + i * 0.1) * S), 0.01 + 3 * 0.15)
+        busy.update(int((1.05 + i * 0.1) * S))
+    assert busy.level is Level.NORMAL
+    assert busy.shed == 0
 
 
 def test_no_rate_from_probes_taken_while_not_counting() -> None:
