@@ -22,6 +22,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from benchmarks.kit import cpu_hogs
+
 # Run the ref's own dispatcher: older refs have no entry points, newer ones do.
 _REF_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -72,7 +74,8 @@ def _run(label: str, cmd: list[str], *, cwd: Path, env: dict[str, str], out: Pat
     return report
 
 
-def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None) -> int:
+def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
+            cpu_hog: int = 0) -> int:
     root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
     sha = _git("rev-parse", "--short", f"{ref}^{{commit}}", cwd=root)
     tmp = Path(tempfile.mkdtemp(prefix="mavjet-compare-"))
@@ -81,20 +84,21 @@ def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Pat
     ref_runs: list[dict[str, Any]] = []
     new_runs: list[dict[str, Any]] = []
     try:
-        for i in range(1, rounds + 1):
-            print(f"round {i}/{rounds}", flush=True)
-            # Alternate which side goes first so a drift in machine load does not favour one.
-            order = ("ref", "new") if i % 2 else ("new", "ref")
-            for side in order:
-                report = tmp / f"{side}-{i}.json"
-                if side == "ref":
-                    env = {**os.environ, "PYTHONPATH": str(tree)}
-                    cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
-                    ref_runs.append(_run(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
-                else:
-                    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-                    cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
-                    new_runs.append(_run("working tree", cmd, cwd=root, env=env, out=report))
+        with cpu_hogs(cpu_hog):  # the same load for both sides, for the whole comparison
+            for i in range(1, rounds + 1):
+                print(f"round {i}/{rounds}", flush=True)
+                # Alternate which side goes first so a drift in machine load does not favour one.
+                order = ("ref", "new") if i % 2 else ("new", "ref")
+                for side in order:
+                    report = tmp / f"{side}-{i}.json"
+                    if side == "ref":
+                        env = {**os.environ, "PYTHONPATH": str(tree)}
+                        cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
+                        ref_runs.append(_run(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
+                    else:
+                        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                        cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
+                        new_runs.append(_run("working tree", cmd, cwd=root, env=env, out=report))
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True, check=False)
     table = summarise(ref_runs, new_runs)
@@ -105,6 +109,7 @@ def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Pat
         print(f"{key:<{width}} {row['ref']:>18} {row['new']:>14} {ratio:>8}")
     path = out or Path(f"bench-compare-{name}.json")
     path.write_text(json.dumps({"ref": ref, "sha": sha, "benchmark": name, "args": bench_args, "rounds": rounds,
+                                "cpu_hog": cpu_hog,
                                 "ref_runs": ref_runs, "new_runs": new_runs, "summary": table}, indent=2))
     print(f"wrote {path}")
     return 0
@@ -120,6 +125,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("ref", help="git ref of the code to compare against (a commit, tag or branch)")
     p.add_argument("--rounds", type=int, default=2, help="runs of each side (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="write the comparison here (default bench-compare-NAME.json)")
+    p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
+                   help="K busy processes load the machine for the whole comparison (both sides alike)")
     # Everything after `--` is the benchmark's: split before argparse sees it.
     cut = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:cut])
@@ -130,4 +137,4 @@ def main(argv: list[str]) -> int:
         p.error("--rounds must be at least 1")
     if "--json" in rest:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
-    return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json)
+    return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog)

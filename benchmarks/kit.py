@@ -98,3 +98,18 @@ def report(result: dict[str, Any], out: Path, *, width: int = 32) -> None:
     for k, v in result.items():
         print(f"{k:{width}} {v}")
     print(f"wrote {out}")
+
+
+@contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """`count` processes that spin for the block's duration: "a loaded machine" (issue 15, goal 5),
+    the same load for every side of a comparison. Each is one busy Python loop, at normal priority."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+             for _ in range(max(0, count))]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()

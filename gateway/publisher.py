@@ -80,6 +80,7 @@ class Publisher:
         self.state_published = 0
         self.state_dropped = 0
         self.events_published = 0
+        self.events_enqueued = 0  # every event handed over, for "no event lost" checks (mavjet bench ingest)
         self._inflight = 0
         self._state_seq = 0
         # Label lookups cost ~6 us each: resolve the hot-path children once.
@@ -291,6 +292,7 @@ class Publisher:
     def enqueue_event(self, subject: str, msg_id: str, payload: bytes) -> None:
         """Hot-path safe: hand an event to the spool writer (no I/O here unless the queue is full)."""
         self._pending_events.append((subject, msg_id, payload))
+        self.events_enqueued += 1
         self._events_ready.set()
         if len(self._pending_events) >= self.max_pending_events:
             self._spill()

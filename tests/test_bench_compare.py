@@ -34,7 +34,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
-         "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
+         "--cpu-hog", "1", "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=150, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -42,5 +42,22 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert len(data["ref_runs"]) == 1 and len(data["new_runs"]) == 1
     assert data["summary"]["vehicles"] == {"ref": 2.0, "new": 2.0, "ratio": 1.0}
     assert "new/ref" in proc.stdout
+    # Overload's promises are reported (issue 15, goal 5): every event stored, the connection kept.
+    new = data["new_runs"][0]
+    assert new["events_enqueued"] > 0 and new["events_lost"] == 0 and new["nats_reconnects"] == 0
+    assert data["cpu_hog"] == 1 and not _hogs_left(), "the load processes outlived the comparison"
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "mavjet-compare-" not in listed  # the temporary worktree is gone
+
+
+def _hogs_left() -> list[str]:
+    """Processes still running the load's busy loop (benchmarks.kit.cpu_hogs)."""
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"while True: pass" in cmd and b"-c" in cmd:
+            left.append(proc.name)
+    return left

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.contract.errors import ConfigError
-from gateway.uplink import FRAME_OVERHEAD_BYTES, LAG_HOPS, Level, UplinkConfig, UplinkEstimator, UplinkShaper
+from gateway.uplink import (
+    FRAME_OVERHEAD_BYTES,
+    LAG_HOPS,
+    Level,
+    UplinkConfig,
+    UplinkEstimator,
+    UplinkShaper,
+)
 
 S = 1_000_000_000  # ns
 
