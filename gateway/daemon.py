@@ -45,8 +45,10 @@ from gateway.spool import Spool
 from gateway.vehicle import VehicleTwin
 
 log = structlog.get_logger("mavjet.gateway")
-# The longest the fleet-wide state tick holds the event loop before it yields (see `_ticker`).
+# The longest the fleet-wide state tick holds the event loop before it yields (see `_ticker`):
+# while a command runs, and otherwise.
 TICK_STEP_S = 0.003
+TICK_IDLE_STEP_S = 0.020
 
 
 class Gateway:
@@ -118,10 +120,12 @@ class Gateway:
     async def _ticker(self) -> None:
         """One wake-up per tick for the whole fleet: publish what is fresh and due.
 
-        A tick's work is cut into steps of at most `TICK_STEP_S`, each published and followed by a
-        yield: at a thousand vehicles one tick is thousands of samples (the link channel of every
-        vehicle at once), and as one step it held the event loop for up to ~150 ms, so a command's
-        delivery, its vehicle's ACK and its result waited behind state. Order per channel holds:
+        A tick's work is cut into steps, each published and followed by a yield, so a command's
+        delivery, its vehicle's ACK and its result do not wait behind a whole tick of state (the
+        link channel of every vehicle at once, or the backlog of a loop that fell behind). Steps are
+        `TICK_STEP_S` while a command runs (`ServiceContext.foreground`), else `TICK_IDLE_STEP_S`:
+        every yield is another pass over the fleet's sockets, and at 2,000 vehicles 3 ms steps all
+        the time cost a fifth of the state rate (44.6k → 35.0k samples/s). Order per channel holds:
         one task publishes, in collection order.
         """
         twins = list(self.twins.values())
@@ -132,6 +136,7 @@ class Gateway:
         next_link_ns = clock.now_ns()
         tick_gauge = self.metrics.loop_tick
         publish_states = self.publisher.publish_states
+        foreground = self.context.foreground
         perf = time.perf_counter
         while True:
             now_ns = clock.now_ns()
@@ -140,7 +145,7 @@ class Gateway:
                 batch = list(dirty)
                 dirty.clear()
                 due: list[tuple[str, bytes, int]] = []
-                step_end = perf() + TICK_STEP_S
+                step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
                 for i, twin in enumerate(batch):
                     try:
                         if twin.collect_due(now_ns, due):
@@ -153,20 +158,26 @@ class Gateway:
                             await publish_states(due)  # one buffer write per step
                             due = []
                         await anyio.lowlevel.checkpoint()
-                        step_end = perf() + TICK_STEP_S
+                        step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
                 if due:
                     await publish_states(due)
             if link_every_ns is not None and now_ns >= next_link_ns:
                 next_link_ns = max(next_link_ns + link_every_ns, now_ns)
-                step_end = perf() + TICK_STEP_S
+                links: list[tuple[str, bytes, int]] = []
+                step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
                 for i, twin in enumerate(twins):
                     try:
-                        await twin.publish_link(now_ns)
+                        twin.collect_link(now_ns, links)
                     except Exception:
                         twin.report_error("publish")
                     if i & 15 == 15 and perf() >= step_end:
+                        if links:
+                            await publish_states(links)
+                            links = []
                         await anyio.lowlevel.checkpoint()
-                        step_end = perf() + TICK_STEP_S
+                        step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
+                if links:
+                    await publish_states(links)
             await anyio.sleep(self.cfg.publish_tick_s)
 
     async def _watchdog(self) -> None:

@@ -17,8 +17,9 @@ Services never see the twin, the link or the publisher object behind these.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
@@ -187,6 +188,24 @@ class NatsAccess(Protocol):
         """Make every queued event durable in the spool now."""
 
 
+class Foreground:
+    """Work that must not wait behind state, counted while it runs (a command between its delivery
+    and its result): meanwhile the fleet's state tick yields in shorter steps (`gateway.daemon`)."""
+
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active = 0
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceContext:
     """Everything a service gets from the daemon (see the module docstring)."""
@@ -196,6 +215,7 @@ class ServiceContext:
     nats: NatsAccess
     metrics: GatewayMetrics
     bulk: BulkPacer | None = None  # paces bulk transfers on a thin uplink (gateway/uplink.py)
+    foreground: Foreground = field(default_factory=Foreground)
 
     async def jetstream(self) -> tuple[Client, JetStreamContext]:
         """The live connection and JetStream handle, waiting for NATS if it is away."""

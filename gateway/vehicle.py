@@ -288,15 +288,24 @@ class VehicleTwin:
         self._next_due_ns = next_due if fresh else 0
         return bool(fresh)
 
-    async def publish_link(self, now_ns: int) -> None:
-        """The link channel, every link period even when the vehicle is silent: the gateway's liveness record."""
+    def collect_link(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> None:
+        """The link channel, every link period even when the vehicle is silent: the gateway's liveness record.
+
+        Appended to `out`, which the fleet's ticker publishes as one buffer with the others'
+        (one write per sample was a write per vehicle per second)."""
         if self.model.repeats_pending:
             self.flush_repeats(now_ns)
         if self.budget.holding:
             self.flush_suppressed(now_ns)
         if "link" in self._subjects:
-            payload = self._packer.pack(now_ns, self.link_channel())
-            await self.publisher.publish_state(self._subjects["link"], payload, now_ns)
+            out.append((self._subjects["link"], self._packer.pack(now_ns, self.link_channel()), now_ns))
+
+    async def publish_link(self, now_ns: int) -> None:
+        """`collect_link` for this vehicle alone, published at once."""
+        out: list[tuple[str, bytes, int]] = []
+        self.collect_link(now_ns, out)
+        for subject, payload, recv_ns in out:
+            await self.publisher.publish_state(subject, payload, recv_ns)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Supervise the link: a bug that escapes it restarts this vehicle only, after a backoff."""

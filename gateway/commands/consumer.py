@@ -130,7 +130,8 @@ class VehicleCommands:
         self.ctx = ctx
         self.cfg = ctx.cfg
         self.executor = CommandExecutor(
-            vehicle, ledger, nats=ctx.nats, metrics=ctx.metrics, cfg=ctx.cfg.commands, env=ctx.cfg.env
+            vehicle, ledger, nats=ctx.nats, metrics=ctx.metrics, cfg=ctx.cfg.commands, env=ctx.cfg.env,
+            foreground=ctx.foreground,
         )
         self.binds = 0
         self.stale_rebinds = 0

@@ -59,7 +59,7 @@ from gateway.contract.commands import (
 from gateway.contract.errors import LinkError
 from gateway.contract.subjects import event_subject
 from gateway.metrics import GatewayMetrics
-from gateway.services import NatsAccess, VehicleHandle
+from gateway.services import Foreground, NatsAccess, VehicleHandle
 from gateway.telemetry import Event
 
 log = structlog.get_logger("mavjet.commands")
@@ -98,7 +98,9 @@ class CommandExecutor:
         metrics: GatewayMetrics,
         cfg: CommandsConfig,
         env: str,
+        foreground: Foreground | None = None,
     ) -> None:
+        self.foreground = foreground or Foreground()
         self.vehicle = vehicle
         self.vid = vehicle.vid
         self.ledger = ledger
@@ -116,6 +118,10 @@ class CommandExecutor:
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: Msg) -> Disposition:
         """Process one delivery; returns what was done with it."""
+        with self.foreground.running():  # state yields to it meanwhile
+            return await self._handle(msg)
+
+    async def _handle(self, msg: Msg) -> Disposition:
         self.handled += 1
         self._received_s = time.monotonic()
         name = msg.subject.split(".", 5)[-1] if msg.subject.count(".") >= 5 else msg.subject

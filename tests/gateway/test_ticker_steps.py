@@ -22,6 +22,7 @@ async def test_a_tick_cut_into_steps_publishes_every_vehicle_in_order(
     provisioned: Client, nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(gateway.daemon, "TICK_STEP_S", 0.0)  # yield after every 16 twins
+    monkeypatch.setattr(gateway.daemon, "TICK_IDLE_STEP_S", 0.0)
     times: dict[str, list[int]] = {}
     yields = 0
     real_checkpoint = anyio.lowlevel.checkpoint
