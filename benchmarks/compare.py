@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -74,33 +76,53 @@ def _run(label: str, cmd: list[str], *, cwd: Path, env: dict[str, str], out: Pat
     return report
 
 
-def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
-            cpu_hog: int = 0) -> int:
+@contextmanager
+def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
+    """(repository root, a temporary worktree of `ref`, its short sha); the worktree is removed after."""
     root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
     sha = _git("rev-parse", "--short", f"{ref}^{{commit}}", cwd=root)
-    tmp = Path(tempfile.mkdtemp(prefix="mavjet-compare-"))
-    tree = tmp / "ref"
+    tree = Path(tempfile.mkdtemp(prefix="mavjet-compare-")) / "ref"
     _git("worktree", "add", "--detach", str(tree), sha, cwd=root)
-    ref_runs: list[dict[str, Any]] = []
-    new_runs: list[dict[str, Any]] = []
     try:
-        with cpu_hogs(cpu_hog):  # the same load for both sides, for the whole comparison
-            for i in range(1, rounds + 1):
-                print(f"round {i}/{rounds}", flush=True)
-                # Alternate which side goes first so a drift in machine load does not favour one.
-                order = ("ref", "new") if i % 2 else ("new", "ref")
-                for side in order:
-                    report = tmp / f"{side}-{i}.json"
-                    if side == "ref":
-                        env = {**os.environ, "PYTHONPATH": str(tree)}
-                        cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
-                        ref_runs.append(_run(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
-                    else:
-                        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-                        cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
-                        new_runs.append(_run("working tree", cmd, cwd=root, env=env, out=report))
+        yield root, tree, sha
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True, check=False)
+
+
+def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
+            cpu_hog: int = 0) -> int:
+    with ref_worktree(ref) as (root, tree, sha):
+        ref_runs, new_runs = _rounds(ref, sha, name, bench_args, rounds=rounds, root=root, tree=tree,
+                                     cpu_hog=cpu_hog)
+    return _table(ref, sha, name, bench_args, rounds=rounds, cpu_hog=cpu_hog, ref_runs=ref_runs, new_runs=new_runs,
+                  out=out)
+
+
+def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, root: Path, tree: Path,
+            cpu_hog: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    tmp = tree.parent
+    ref_runs: list[dict[str, Any]] = []
+    new_runs: list[dict[str, Any]] = []
+    with cpu_hogs(cpu_hog):  # the same load for both sides, for the whole comparison
+        for i in range(1, rounds + 1):
+            print(f"round {i}/{rounds}", flush=True)
+            # Alternate which side goes first so a drift in machine load does not favour one.
+            order = ("ref", "new") if i % 2 else ("new", "ref")
+            for side in order:
+                report = tmp / f"{side}-{i}.json"
+                if side == "ref":
+                    env = {**os.environ, "PYTHONPATH": str(tree)}
+                    cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
+                    ref_runs.append(_run(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
+                else:
+                    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                    cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
+                    new_runs.append(_run("working tree", cmd, cwd=root, env=env, out=report))
+    return ref_runs, new_runs
+
+
+def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, cpu_hog: int,
+           ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]], out: Path | None) -> int:
     table = summarise(ref_runs, new_runs)
     width = max((len(k) for k in table), default=10) + 2
     print(f"\n{'figure':<{width}} {ref + ' (' + sha + ')':>18} {'working tree':>14} {'new/ref':>8}")

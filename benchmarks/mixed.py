@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from benchmarks.commands import (
     command_gateway,
     commands_ready,
 )
+from benchmarks.compare import ref_worktree
 from benchmarks.kit import nats_and_sim, report
 from benchmarks.mixedproc import commands_at_rate, run_process, with_baseline
 from gateway import logs
@@ -92,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "`bench ingest`)")
     p.add_argument("--in-process", action="store_true",
                    help="run the gateway in this process, on the issuer's event loop (the first version's setup)")
+    p.add_argument("--gateway-ref", metavar="REF",
+                   help="run the gateway of git REF (a temporary worktree) under the same benchmark: today's code "
+                   "against the new on one machine in one session")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")
     return p
 
@@ -101,7 +106,18 @@ def main(argv: list[str]) -> int:
     if args.cmd_rate <= 0 or args.vehicles < 1:
         print("mavjet bench mixed: --cmd-rate must be > 0 and --vehicles >= 1", file=sys.stderr)
         return 2
+    if args.gateway_ref and args.in_process:
+        print("mavjet bench mixed: --gateway-ref runs the gateway as a process; drop --in-process", file=sys.stderr)
+        return 2
     logs.configure("warning")
+    with contextlib.ExitStack() as stack:
+        if args.gateway_ref:
+            _root, args.gateway_tree, sha = stack.enter_context(ref_worktree(args.gateway_ref))
+            args.gateway_build = f"{args.gateway_ref} ({sha})"
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     with nats_and_sim(args.vehicles, preferred_port=26760) as (server, sim, base, tmp):
         if args.in_process:
             res = asyncio.run(run(args, server, base, tmp))

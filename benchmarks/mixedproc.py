@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -46,14 +47,18 @@ from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
+# `python -m gateway` of whichever build is first on the path (a --gateway-ref worktree's, or this one).
+_GATEWAY_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
 MODE = "STABILIZE"  # the sim accepts any mode while disarmed, as ArduCopter does: a harmless command
 
 
-def _config(tmp: str, url: str, n: int, base: int, *, shaping: bool) -> Path:
+def _config(tmp: str, url: str, n: int, base: int, *, shaping: bool | None) -> Path:
+    """The gateway's config; shaping None: no [uplink] table (a build from before the shaper refuses it)."""
     conf = Path(tmp) / "gateway-mixed.toml"
     lines = [f'env = "{ENV}"', 'instance = "bench"', f'state_dir = "{tmp}/state-mixed"',
-             f"startup_timeout_s = {max(10.0, n / 20)}", "[nats]", f'servers = ["{url}"]',
-             "[uplink]", f"enabled = {'true' if shaping else 'false'}"]
+             f"startup_timeout_s = {max(10.0, n / 20)}", "[nats]", f'servers = ["{url}"]']
+    if shaping is not None:
+        lines += ["[uplink]", f"enabled = {'true' if shaping else 'false'}"]
     for i in range(n):
         lines += ["[[vehicles]]", f'vid = "VID-{i + 1:04d}"', f'endpoint = "tcp:127.0.0.1:{base + 10 * i}"']
     conf.write_text("\n".join(lines) + "\n")
@@ -171,15 +176,19 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
     await nc.close()
     port = free_port()
-    conf = _config(tmp, server.url, n, base, shaping=args.shaping)
+    # A gateway from another build (--gateway-ref): its own code first on the path, no shaper to configure.
+    tree: Path | None = getattr(args, "gateway_tree", None)
+    conf = _config(tmp, server.url, n, base, shaping=None if tree is not None else args.shaping)
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
     with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
+            sys.executable, "-c", _GATEWAY_MAIN, "gateway", "--config", str(conf), "--metrics-port", str(port),
             "--no-shadow", "--log-level", "warning", "--log-json",
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=env,
+            cwd=str(tree) if tree is not None else None,
         )
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
-                           "gateway": "own process"}
+                           "gateway": "own process", "gateway_build": getattr(args, "gateway_build", "working tree")}
     try:
         took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5), log_path=Path(tmp) / "gateway-mixed.log")
         print(f"gateway ready: {n} links and command consumers in {took:.1f} s; measuring {args.duration:g} s "

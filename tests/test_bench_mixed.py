@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -29,3 +31,19 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     assert 0 < cmds["p50_ms"] <= cmds["p99_ms"] and res["ratio_latency_p99"] > 0
     # State counted from TWIN_STATE's sequence: 3 vehicles at the configured rates were stored.
     assert res["state_stored_per_s"] > 0 and res["state_delivered_ratio"] > 0.5
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_mixed_runs_the_gateway_of_another_build(tmp_path: Path) -> None:
+    """--gateway-ref: the same benchmark around the gateway of a git ref (today's code against the new)."""
+    out = tmp_path / "mixed-ref.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "2", "--cmd-rate", "4",
+         "--duration", "1", "--warmup", "0.5", "--gateway-ref", "HEAD", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["gateway_build"].startswith("HEAD (") and res["commands"]["results"] == {"accepted": 4}
+    listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "mavjet-compare-" not in listed  # the temporary worktree is gone
