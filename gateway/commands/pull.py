@@ -36,6 +36,8 @@ from nats.js.errors import APIError
 # The server's status codes on a pull request (ADR-13): heartbeat; no messages, request timeout, conflict.
 _HEARTBEAT = "100"
 _ENDED = frozenset({"404", "408", "409"})
+_CONFLICT = "409"  # e.g. "Exceeded MaxWaiting": answered at once, so a loop would spin on it
+CONFLICT_PAUSE_S = 0.1
 # How long after its expiry the server's 408 may take before the request counts as unanswered.
 ANSWER_GRACE_S = 2.0
 
@@ -54,6 +56,7 @@ class PullOne:
         self.psub = psub
         self.fast = has_internals(psub)
         self.answered = True  # False after a request the server never ended (see module docstring)
+        self.conflicts = 0  # requests the server refused at once (409), each followed by a short pause
 
     async def next(self, expires_s: float) -> Msg | None:
         if not self.fast:
@@ -80,6 +83,9 @@ class PullOne:
                     continue
                 if status in _ENDED:
                     self.answered = True
+                    if status == _CONFLICT:
+                        self.conflicts += 1
+                        await anyio.sleep(CONFLICT_PAUSE_S)
                     return None
                 raise APIError.from_msg(raw)
         return None

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
 
-from gateway.commands.pull import PullOne, has_internals
+from gateway.commands.pull import CONFLICT_PAUSE_S, PullOne, has_internals
 
 STREAM, SUBJECT, DURABLE = "PULLTEST", "pulltest.cmd.>", "gw_pull"
 
@@ -113,3 +113,25 @@ async def test_a_request_the_server_never_ends_is_reported_unanswered(nc: Client
     with anyio.fail_after(10):
         assert await pull.next(expires_s) is None
     assert not pull.answered
+
+
+async def test_a_refused_request_pauses_instead_of_spinning(nc: Client) -> None:
+    """A 409 (here: MaxWaiting 1, a second request while one waits) comes back at once; the loop must not spin."""
+    js = nc.jetstream()
+    await js.add_stream(name=STREAM, subjects=[SUBJECT])
+    await js.add_consumer(STREAM, ConsumerConfig(durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT,
+                                                 max_ack_pending=1, max_waiting=1))
+    first = PullOne(await js.pull_subscribe_bind(durable=DURABLE, stream=STREAM))
+    second = PullOne(await js.pull_subscribe_bind(durable=DURABLE, stream=STREAM))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first.next, 2.0)  # holds the one waiting slot
+            await anyio.sleep(0.2)
+            t0 = time.monotonic()
+            for _ in range(3):
+                assert await second.next(2.0) is None
+            took_s = time.monotonic() - t0
+            tg.cancel_scope.cancel()
+    assert second.conflicts == 3 and second.answered
+    assert took_s >= 3 * CONFLICT_PAUSE_S, "each refusal paused"
+    assert took_s < 2.0, "refused at once, not left to expire"
