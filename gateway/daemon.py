@@ -40,7 +40,7 @@ from gateway.layout import check_layout
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.recorder import TrackRecorder
-from gateway.services import GatewayService, ServiceContext
+from gateway.services import Foreground, GatewayService, ServiceContext
 from gateway.spool import Spool
 from gateway.vehicle import VehicleTwin
 
@@ -49,6 +49,27 @@ log = structlog.get_logger("mavjet.gateway")
 # while a command runs, and otherwise.
 TICK_STEP_S = 0.003
 TICK_IDLE_STEP_S = 0.020
+
+
+class _TickSteps:
+    """The tick's clock: `over(i)` once the step's time is spent (looked at every 16 vehicles), `next()` yields."""
+
+    __slots__ = ("_end", "_foreground")
+
+    def __init__(self, foreground: Foreground) -> None:
+        self._foreground = foreground
+        self._end = 0.0
+        self.start()
+
+    def start(self) -> None:
+        self._end = time.perf_counter() + (TICK_STEP_S if self._foreground.active else TICK_IDLE_STEP_S)
+
+    def over(self, i: int) -> bool:
+        return i & 15 == 15 and time.perf_counter() >= self._end
+
+    async def next(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.start()
 
 
 class Gateway:
@@ -137,7 +158,6 @@ class Gateway:
         tick_gauge = self.metrics.loop_tick
         publish_states = self.publisher.publish_states
         foreground = self.context.foreground
-        perf = time.perf_counter
         while True:
             now_ns = clock.now_ns()
             tick_gauge.set(now_ns / 1e9)
@@ -145,7 +165,7 @@ class Gateway:
                 batch = list(dirty)
                 dirty.clear()
                 due: list[tuple[str, bytes, int]] = []
-                step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
+                steps = _TickSteps(foreground)
                 for i, twin in enumerate(batch):
                     try:
                         if twin.collect_due(now_ns, due):
@@ -153,29 +173,27 @@ class Gateway:
                     except Exception:  # one vehicle's bad state must not stop the others' publishing
                         twin.fresh.clear()
                         twin.report_error("publish")
-                    if i & 15 == 15 and perf() >= step_end:
+                    if steps.over(i):
                         if due:
                             await publish_states(due)  # one buffer write per step
                             due = []
-                        await anyio.lowlevel.checkpoint()
-                        step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
+                        await steps.next()
                 if due:
                     await publish_states(due)
             if link_every_ns is not None and now_ns >= next_link_ns:
                 next_link_ns = max(next_link_ns + link_every_ns, now_ns)
                 links: list[tuple[str, bytes, int]] = []
-                step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
+                steps = _TickSteps(foreground)
                 for i, twin in enumerate(twins):
                     try:
                         twin.collect_link(now_ns, links)
                     except Exception:
                         twin.report_error("publish")
-                    if i & 15 == 15 and perf() >= step_end:
+                    if steps.over(i):
                         if links:
                             await publish_states(links)
                             links = []
-                        await anyio.lowlevel.checkpoint()
-                        step_end = perf() + (TICK_STEP_S if foreground.active else TICK_IDLE_STEP_S)
+                        await steps.next()
                 if links:
                     await publish_states(links)
             await anyio.sleep(self.cfg.publish_tick_s)
