@@ -10,7 +10,10 @@ started and cancels it at shutdown. Everything a service may use comes in the
   stream, and the one way to publish an event for it;
 - `ctx.nats`: the gateway's NATS connection (JetStream handle, readiness) and
   its event spool;
-- `ctx.cfg` and `ctx.metrics`.
+- `ctx.cfg` and `ctx.metrics`;
+- `ctx.foreground`: work that must not wait behind state (a command between
+  delivery and result) runs inside `ctx.foreground.running()`, and the
+  daemon's state tick then yields in shorter steps.
 
 Services never see the twin, the link or the publisher object behind these.
 """
