@@ -20,7 +20,7 @@ from gateway.ops.client import CommandClient
 from sim.fleet import SimConfig, SimFleet
 from tests.security.conftest import ENV, Secured
 from tests.support.gwprocess import gateway_process, state_published
-from tests.support.wait import wait_for_async
+from tests.support.wait import WaitTimeout, wait_for_async
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,7 +49,15 @@ async def test_gateway_serves_its_vehicle_with_a_vehicle_credential(hub: Secured
                     return None
                 return doc if doc.get("desired_revision") == rev and doc.get("converged") else None
 
-            assert await wait_for_async(reported, timeout_s=40)
+            try:
+                assert await wait_for_async(reported, timeout_s=40)
+            except WaitTimeout:  # once in a CI run (not reproduced since): keep what explains it
+                try:
+                    last: object = (await kv.get(shadow_key(ENV, "VID-001", "reported"))).value
+                except Exception as exc:  # no reported document at all is itself the finding
+                    last = exc
+                pytest.fail(f"shadow not converged on revision {rev}; reported={last!r}\n"
+                            f"gateway log tail:\n{log.read_text()[-4000:]}")
             assert (await kv.get(shadow_key(ENV, "VID-001", "meta"))).value
             events = await ajs.stream_info(EVENTS_STREAM, subjects_filter="fleet.test.veh.VID-001.evt.cmd_result")
             assert events.state.subjects
