@@ -244,14 +244,11 @@ async def _events_and_connection(gw: Gateway, url: str, drain_s: float = 20.0) -
     """Overload's other promises (issue 15, goal 5): no event lost, the NATS connection kept.
 
     Every event the gateway handed to its spool since it started, against what
-    TWIN_EVENTS holds once the spool has drained (bounded wait). Builds without
-    the counter report nothing here.
+    TWIN_EVENTS holds once the spool has drained (bounded wait).
     """
     pub = gw.publisher
-    if not hasattr(pub, "events_enqueued"):
-        return {}
     for _ in range(int(drain_s / 0.1)):
-        if not pub._pending_events and pub.spool.depth == 0:
+        if not pub.events_waiting:
             break
         await anyio.sleep(0.1)
     nc = await open_client(url)

@@ -99,7 +99,12 @@ class Publisher:
         self._acks: StateAcks | None = None
         # Link-adaptive shaping (gateway/uplink.py): off while the uplink is healthy.
         self.uplink = UplinkMonitor(cfg.uplink, metrics=metrics.uplink,
-                                    higher_pending=lambda: bool(self._pending_events) or self.spool.depth > 0)
+                                    higher_pending=lambda: self.events_waiting)
+
+    @property
+    def events_waiting(self) -> bool:
+        """Events handed over and not yet published: queued for the spool, or in it."""
+        return bool(self._pending_events) or self.spool.depth > 0
 
     @property
     def is_connected(self) -> bool:
@@ -198,13 +203,6 @@ class Publisher:
             self._state_error_logged = now
             log.warning("state_not_acked", error=reason,
                         hint="is TWIN_STATE provisioned for this env? (mavjet provision)")
-
-    async def publish_state(self, subject: str, payload: bytes, recv_ns: int) -> None:
-        """One state sample (the link channel, tests); the ticker publishes a tick's samples with `publish_states`."""
-        if self._raw_ok:
-            await self.publish_states([(subject, payload, recv_ns)])
-        else:
-            await self._publish_state_api(subject, payload, recv_ns)
 
     async def _publish_state_api(self, subject: str, payload: bytes, recv_ns: int) -> None:
         """One sample through nats-py's own API: without its write buffer, or while not connected."""

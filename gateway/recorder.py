@@ -50,7 +50,6 @@ log = structlog.get_logger("mavjet.recorder")
 TRACKS_SPOOL = "tracks.sqlite"
 
 
-
 class TrackRecorder:
     """The flight recorder as a `GatewayService` (the daemon adds it when `track_hz` > 0)."""
 

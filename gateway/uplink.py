@@ -165,12 +165,16 @@ class UplinkEstimator:
         worst = self._lags.value()
         return -worst if worst is not None else 0.0
 
+    def _link_s(self, elapsed_ns: int) -> float:
+        """A probe's time out, less what it waited for the event loop (`loop_lag_s`)."""
+        return max(0.0, elapsed_ns / 1e9 - LAG_HOPS * self.loop_lag_s)
+
     def probe_acked(self, now_ns: int) -> None:
         if self._probe is None:
             return
         t_send, bytes_before, counting = self._probe
         self._probe = None
-        rtt = max(0.0, (now_ns - t_send) / 1e9 - LAG_HOPS * self.loop_lag_s)
+        rtt = self._link_s(now_ns - t_send)
         self.rtt_s = rtt
         self.base_rtt.add(rtt, now_ns)
         last, self._last_ack = self._last_ack, (now_ns, bytes_before) if counting else None
@@ -194,7 +198,7 @@ class UplinkEstimator:
         base = self.base_rtt.value() or 0.0
         rtt = self.rtt_s or 0.0
         if now_ns is not None and self._probe is not None:
-            rtt = max(rtt, (now_ns - self._probe[0]) / 1e9 - LAG_HOPS * self.loop_lag_s)
+            rtt = max(rtt, self._link_s(now_ns - self._probe[0]))
         return max(0.0, rtt - base)
 
     @property

@@ -5,7 +5,7 @@ is the hot path (model update, event hand-off). State publishing happens on
 the daemon's shared ticker: `collect_due` gathers channels with a new sample
 whose rate interval has passed (decimate, never forward every MAVLink
 message: a vehicle sends far more than any consumer wants, and each publish
-costs more than the decode), `publish_link` sends the gateway-computed link
+costs more than the decode), `collect_link` adds the gateway-computed link
 channel. A fresh sample waits at most one tick, so decimation adds little
 latency.
 
@@ -299,13 +299,6 @@ class VehicleTwin:
             self.flush_suppressed(now_ns)
         if "link" in self._subjects:
             out.append((self._subjects["link"], self._packer.pack(now_ns, self.link_channel()), now_ns))
-
-    async def publish_link(self, now_ns: int) -> None:
-        """`collect_link` for this vehicle alone, published at once."""
-        out: list[tuple[str, bytes, int]] = []
-        self.collect_link(now_ns, out)
-        for subject, payload, recv_ns in out:
-            await self.publisher.publish_state(subject, payload, recv_ns)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Supervise the link: a bug that escapes it restarts this vehicle only, after a backoff."""

@@ -64,8 +64,8 @@ class PullOne:
         inner = self.psub._sub
         queue: asyncio.Queue[Msg] = inner._pending_queue
         while not queue.empty():  # leftovers: a late command of an unanswered request, or stale statuses
-            msg = self._took(inner, queue.get_nowait())
-            if msg is not None:
+            msg = _taken(inner, queue.get_nowait())
+            if _status(msg) is None:
                 return msg
         expires_ns = int(expires_s * 1e9)
         await self.psub._nc.publish(self.psub._nms, json.dumps({"batch": 1, "expires": expires_ns}).encode(),
@@ -73,12 +73,11 @@ class PullOne:
         self.answered = False
         with anyio.move_on_after(expires_s + ANSWER_GRACE_S):
             while True:
-                raw = await queue.get()
-                status = raw.headers.get("Status") if raw.headers else None
+                msg = _taken(inner, await queue.get())
+                status = _status(msg)
                 if status is None:
                     self.answered = True
-                    return self._took(inner, raw)
-                self._took(inner, raw)
+                    return msg
                 if status == _HEARTBEAT:
                     continue
                 if status in _ENDED:
@@ -87,15 +86,8 @@ class PullOne:
                         self.conflicts += 1
                         await anyio.sleep(CONFLICT_PAUSE_S)
                     return None
-                raise APIError.from_msg(raw)
+                raise APIError.from_msg(msg)
         return None
-
-    @staticmethod
-    def _took(inner: Any, msg: Msg) -> Msg | None:
-        """Account for a message taken off the queue as nats-py's `next_msg` does; None for a status."""
-        inner._pending_size -= len(msg.data)
-        inner._pending_queue.task_done()
-        return None if msg.headers and msg.headers.get("Status") else msg
 
     async def _fetch(self, expires_s: float) -> Msg | None:
         try:
@@ -103,3 +95,15 @@ class PullOne:
         except nats.errors.TimeoutError:
             return None
         return msgs[0] if msgs else None
+
+
+def _taken(inner: Any, msg: Msg) -> Msg:
+    """Account for a message taken off the subscription's queue, as nats-py's `next_msg` does."""
+    inner._pending_size -= len(msg.data)
+    inner._pending_queue.task_done()
+    return msg
+
+
+def _status(msg: Msg) -> str | None:
+    """The status of a server's message on the request (heartbeat, 408, ...); None for a command."""
+    return msg.headers.get("Status") if msg.headers else None
