@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/mavjet bench mixed --vehicles 100 --cmd-rate 10 --duration 10
 	$(BIN)/mavjet bench consumers --counts 1000
 	$(BIN)/mavjet bench uplink
+	$(BIN)/mavjet bench overload --sizes 50,100 --duration 5
 
 clean:
 	rm -rf $(VENV) .mavjet build *.egg-info

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "consumers": "benchmarks.consumers",
     "compare": "benchmarks.compare",
     "uplink": "benchmarks.uplink",
+    "overload": "benchmarks.overload",
 }
 
 

@@ -17,14 +17,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from benchmarks.kit import cpu_hogs
+from benchmarks.kit import cpu_hogs, run_json
 
 # Run the ref's own dispatcher: older refs have no entry points, newer ones do.
 _REF_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -64,18 +63,6 @@ def summarise(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) ->
     return out
 
 
-def _run(label: str, cmd: list[str], *, cwd: Path, env: dict[str, str], out: Path) -> dict[str, Any]:
-    started = time.monotonic()
-    print(f"  {label}: {' '.join(cmd[3:] if cmd[1] == '-c' else cmd[1:])}", flush=True)
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0 or not out.exists():
-        tail = proc.stdout.decode(errors="replace").strip().splitlines()[-5:]
-        raise SystemExit(f"mavjet bench compare: {label} failed (exit {proc.returncode}):\n" + "\n".join(tail))
-    print(f"  {label}: done in {time.monotonic() - started:.0f} s", flush=True)
-    report: dict[str, Any] = json.loads(out.read_text())
-    return report
-
-
 @contextmanager
 def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
     """(repository root, a temporary worktree of `ref`, its short sha); the worktree is removed after."""
@@ -113,11 +100,11 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                 if side == "ref":
                     env = {**os.environ, "PYTHONPATH": str(tree)}
                     cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
-                    ref_runs.append(_run(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
+                    ref_runs.append(run_json(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
                 else:
                     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                     cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
-                    new_runs.append(_run("working tree", cmd, cwd=root, env=env, out=report))
+                    new_runs.append(run_json("working tree", cmd, cwd=root, env=env, out=report))
     return ref_runs, new_runs
 
 

@@ -187,6 +187,8 @@ async def run_ingest(
         # a comparison of CPU per message is only fair at the same state rate.
         shaper = getattr(gw.publisher, "uplink", None)
         shed0 = getattr(shaper, "shed", 0)
+        twins = list(gw.twins.values())
+        superseded0 = sum(getattr(t, "superseded", 0) for t in twins)  # absent in older builds
         latencies_ns: list[int] = []
         gw.publisher.on_state_ack = latencies_ns.append
         order = OrderCheck()
@@ -224,6 +226,9 @@ async def run_ingest(
             "links_up": sum(1 for s in sessions if s.is_up),
             "state_dropped": gw.publisher.state_dropped,
             "state_shed": getattr(shaper, "shed", 0) - shed0,
+            # Replaced by a newer sample before their publish turn: what a gateway that
+            # cannot keep up sheds (and the rate decimation of a vehicle sending faster).
+            "state_superseded": sum(getattr(t, "superseded", 0) for t in twins) - superseded0,
             "order_checked_samples": order.checked,
             "order_reordered_samples": order.reordered,
         })

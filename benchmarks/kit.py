@@ -100,6 +100,19 @@ def report(result: dict[str, Any], out: Path, *, width: int = 32) -> None:
     print(f"wrote {out}")
 
 
+def run_json(label: str, cmd: list[str], *, cwd: Path, env: dict[str, str], out: Path) -> dict[str, Any]:
+    """Run a benchmark process that writes its report to `out`; return the report (exit with its output's tail on failure)."""
+    started = time.monotonic()
+    print(f"  {label}: {' '.join(cmd[3:] if cmd[1] == '-c' else cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0 or not out.exists():
+        tail = proc.stdout.decode(errors="replace").strip().splitlines()[-5:]
+        raise SystemExit(f"mavjet bench: {label} failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    print(f"  {label}: done in {time.monotonic() - started:.0f} s", flush=True)
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
 @contextmanager
 def cpu_hogs(count: int) -> Iterator[None]:
     """`count` processes that spin for the block's duration: "a loaded machine" (issue 15, goal 5),

@@ -100,6 +100,7 @@ class Gateway:
             for v in cfg.vehicles
         }
         self.metrics.watch_sessions(lambda: [t.session for t in self.twins.values()])
+        self.metrics.watch_superseded(lambda: sum(t.superseded for t in self.twins.values()))
         self.metrics.watch_signing(lambda: [(t.vid, t.link.codec.stats.signing_rejected) for t in self.twins.values()])
         self.metrics_port: int | None = None
         self.ready = anyio.Event()

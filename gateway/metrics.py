@@ -179,6 +179,22 @@ class _RouteCollector(Collector):
         yield from (frames, nbytes, dropped)
 
 
+class _SupersededCollector(Collector):
+    """State samples replaced before their publish turn, fleet-wide, read at scrape time (no work per sample)."""
+
+    def __init__(self, superseded: Callable[[], int]) -> None:
+        self._superseded = superseded
+
+    def collect(self) -> Iterator[Any]:
+        fam = CounterMetricFamily(
+            "mavjet_state_superseded",
+            "State samples a newer one replaced before their publish turn: rate decimation of vehicles "
+            "sending faster than the configured rates, and state shed by an overloaded gateway",
+        )
+        fam.add_metric([], self._superseded())
+        yield fam
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         # No `<name>_created` series: they double the series count and no rule or panel reads them.
@@ -243,6 +259,10 @@ class GatewayMetrics:
 
     def watch_sessions(self, sessions: Callable[[], Iterable[Session]]) -> None:
         self.registry.register(_LinkCollector(sessions))
+
+    def watch_superseded(self, superseded: Callable[[], int]) -> None:
+        """`superseded()` → the fleet's state samples replaced before their publish turn (`VehicleTwin.superseded`)."""
+        self.registry.register(_SupersededCollector(superseded))
 
     def watch_signing(self, rejected: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
         """`rejected()` → (vid, {reason: frames dropped}) per vehicle; empty for links without a key."""

@@ -75,6 +75,9 @@ class TelemetryModel:
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
     sample_ns: dict[str, int] = field(default_factory=dict)
     updated: set[str] = field(default_factory=set)
+    # State samples made (one per channel update that carries a new sample time): against the
+    # samples published, what decimation and overload replaced before its turn (gateway/vehicle.py).
+    samples: int = 0
     events: list[Event] = field(default_factory=list)
     # Identity.
     sysid: int = 0
@@ -116,6 +119,7 @@ class TelemetryModel:
         self.channels[channel] = payload
         self.sample_ns[channel] = t_ns
         self.updated.add(channel)
+        self.samples += 1
 
     def snapshot(self) -> dict[str, Any]:
         snap: dict[str, Any] = {}
@@ -249,6 +253,7 @@ class TelemetryModel:
         }
         self.sample_ns["position"] = recv_ns
         self.updated.add("position")
+        self.samples += 1
         if self.armed:
             f = self._flight
             f.max_alt_m = max(f.max_alt_m, alt_rel)
@@ -271,6 +276,7 @@ class TelemetryModel:
         }
         self.sample_ns["attitude"] = recv_ns
         self.updated.add("attitude")
+        self.samples += 1
 
     def _vfr_hud(self, m: MavMessage, recv_ns: int) -> None:
         pos = self.channels.get("position")

@@ -116,6 +116,9 @@ class VehicleTwin:
         self._interval_ns = {ch: int(1e9 / hz) for ch, hz in cfg.rates_hz.items() if ch != "link"}
         self._last_pub_ns: dict[str, int] = {}  # per channel: earliest next publish (ns)
         self.fresh: set[str] = set()
+        # Samples taken out of `fresh` by `collect_due` (published, or on a channel with no rate).
+        # With the model's `samples`, this gives `superseded`.
+        self.samples_taken = 0
         self._next_due_ns = 0  # earliest time a fresh channel may go out; 0: check now
         # The daemon's ticker: told (with self) when a channel gets a new sample.
         self.on_fresh = on_fresh
@@ -267,6 +270,7 @@ class VehicleTwin:
         fresh = self.fresh
         pack = self._packer.pack
         next_due = 1 << 62
+        taken = len(fresh)
         for ch in list(fresh):
             interval = self._interval_ns.get(ch)
             if interval is None:
@@ -285,8 +289,15 @@ class VehicleTwin:
             recv = self.recv_ns[ch]
             last[ch] = max(due + interval, recv + interval // 2)
             out.append((self._subjects[ch], pack(model.sample_ns[ch], model.channels[ch]), recv))
+        self.samples_taken += taken - len(fresh)
         self._next_due_ns = next_due if fresh else 0
         return bool(fresh)
+
+    @property
+    def superseded(self) -> int:
+        """State samples a newer one replaced before their publish turn: the rate decimation of a
+        vehicle sending faster than configured, and the state an overloaded gateway sheds."""
+        return self.model.samples - self.samples_taken - len(self.fresh)
 
     def collect_link(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> None:
         """The link channel, every link period even when the vehicle is silent: the gateway's liveness record.

@@ -55,7 +55,10 @@ def _port_free(port: int) -> bool:
 
 def pick_base_port(n: int, preferred: int = 5760) -> int:
     """A base port such that base + 10*i is free for every vehicle (SITL's layout)."""
-    candidates = ([preferred] if preferred else []) + [free_port() for _ in range(20)]
+    # Large fleets (4,000 vehicles span 40,000 ports) fit only from a low base, and then cross the
+    # ephemeral range, where a port in use ends in any digit: low bases with each last digit.
+    low = [start + digit for start in (20000, 2000) for digit in (1, 3, 7, 9, 5)]
+    candidates = ([preferred] if preferred else []) + [free_port() for _ in range(20)] + low
     for base in candidates:
         if base + 10 * n < 65535 and all(_port_free(base + 10 * i) for i in range(n)):
             return base

@@ -1,0 +1,56 @@
+"""`mavjet_state_superseded_total`: the state samples a newer one replaced before their publish turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import DEFAULT_RATES_HZ
+from gateway.daemon import Gateway
+from gateway.ops.natsserver import NatsServer
+from sim.fleet import SimConfig, SimFleet
+from tests.support.gateway import ENV, gateway_config, running
+
+ATTITUDE_HZ = 2.0  # the vehicle sends ATTITUDE at 10 Hz (the link's default stream rate)
+
+
+def superseded_metric(gw: Gateway) -> float:
+    text = generate_latest(gw.metrics.registry).decode()
+    (fam,) = [f for f in text_string_to_metric_families(text) if f.name == "mavjet_state_superseded"]
+    (sample,) = fam.samples
+    return float(sample.value)
+
+
+async def test_samples_decimated_by_the_configured_rate_are_counted_as_superseded(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    published: dict[str, int] = {}
+
+    async def on_msg(msg: Msg) -> None:
+        channel = msg.subject.rsplit(".", 1)[1]
+        published[channel] = published.get(channel, 0) + 1
+
+    rates = dict(DEFAULT_RATES_HZ, attitude=ATTITUDE_HZ)
+    sub = await provisioned.subscribe(f"fleet.{ENV}.veh.VID-001.state.>", cb=on_msg)
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=1.0)) as fleet:
+        gw = Gateway(gateway_config(nats_server.url, fleet.endpoints, tmp_path, rates_hz=rates))
+        async with running(gw):
+            twin = gw.twins["VID-001"]
+            with anyio.fail_after(20):
+                while published.get("attitude", 0) < 6:
+                    await anyio.sleep(0.1)
+            value = superseded_metric(gw)
+            # The metric is the fleet's sum, read at scrape time.
+            assert value == twin.superseded
+            made, taken, pending = twin.model.samples, twin.samples_taken, len(twin.fresh)
+    await sub.unsubscribe()
+    assert made == taken + pending + value
+    # ~10 attitude samples a second made, 2 published: ~4 superseded for each one published.
+    # Position (10 Hz in, 10 Hz out) adds few.
+    assert value >= 2 * published["attitude"], (value, published)
+    assert value <= made - published["attitude"], (value, made, published)
