@@ -31,7 +31,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from drivers.mavlink.backoff import Backoff
-from drivers.mavlink.dialect import MavMessage
+from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.link import LinkState, MavlinkLink
 from drivers.mavlink.session import VehicleSession
 from drivers.mavlink.signing import read_key_file
@@ -52,6 +52,10 @@ log = structlog.get_logger("mavjet.vehicle")
 _TS32 = struct.Struct(">BbL").pack
 _TS64 = struct.Struct(">BbQ").pack
 _TS96 = struct.Struct(">BBbIq").pack
+
+
+_NEWEST_ONLY_ARMED = frozenset({mavlink2.MAVLINK_MSG_ID_ATTITUDE})
+_NEWEST_ONLY_IDLE = frozenset({mavlink2.MAVLINK_MSG_ID_ATTITUDE, mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT})
 
 
 class EnvelopePacker:
@@ -108,6 +112,11 @@ class VehicleTwin:
             signing_key=read_key_file(vcfg.signing_key_file) if vcfg.signing_key_file is not None else None,
         )
         self.session = VehicleSession(self.link, protocols=cfg.protocols, flight_state=self.model)
+        # A read that fell behind decodes only the newest of these per source (drivers/mavlink/framer.py):
+        # their older samples would be superseded before publishing anyway. Positions are all decoded
+        # while armed, where the flight's distance and highest altitude are summed from each.
+        self._armed_rule = False
+        self.link.codec.newest_only = _NEWEST_ONLY_IDLE
         self.events = EventBus(vcfg.vid)
         self.recv_ns: dict[str, int] = {}
         # The full interval: publish times follow a fixed schedule (see
@@ -141,6 +150,9 @@ class VehicleTwin:
             model.update_many(msgs, recv_ns)
         except Exception:  # one bad message must never take the vehicle down
             self.report_error("telemetry")
+        if (model.armed is True) is not self._armed_rule:
+            self._armed_rule = model.armed is True
+            self.link.codec.newest_only = _NEWEST_ONLY_ARMED if self._armed_rule else _NEWEST_ONLY_IDLE
         if model.updated:
             for ch in model.updated:
                 self.recv_ns[ch] = recv_ns
@@ -297,7 +309,7 @@ class VehicleTwin:
     def superseded(self) -> int:
         """State samples a newer one replaced before their publish turn: the rate decimation of a
         vehicle sending faster than configured, and the state an overloaded gateway sheds."""
-        return self.model.samples - self.samples_taken - len(self.fresh)
+        return self.model.samples - self.samples_taken - len(self.fresh) + self.link.codec.stats.superseded
 
     def collect_link(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> None:
         """The link channel, every link period even when the vehicle is silent: the gateway's liveness record.

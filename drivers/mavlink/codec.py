@@ -62,6 +62,11 @@ class CodecStats:
     def by_type(self) -> dict[str, int]:
         return self._f.by_type
 
+    @property
+    def superseded(self) -> int:
+        """Frames of a `newest_only` type skipped undecoded because a newer one came in the same read."""
+        return self._f.superseded
+
     def __repr__(self) -> str:
         return (f"CodecStats(messages_in={self.messages_in}, crc_errors={self.crc_errors}, bad_data={self.bad_data}, "
                 f"unknown={self.unknown}, seq_gaps={self.seq_gaps}, signing_rejected={self.signing_rejected})")
@@ -106,6 +111,16 @@ class MavCodec:
             framer.stats.bad_data += 1
             framer.stats.bad_bytes += len(data)
             return []
+
+    @property
+    def newest_only(self) -> frozenset[int]:
+        """Message ids of which only the newest frame per source is decoded when a read holds a backlog
+        (drivers/mavlink/framer.py, NEWEST_ONLY_MIN_BYTES): what a reader that fell behind can skip."""
+        return self._framer.newest_only
+
+    @newest_only.setter
+    def newest_only(self, ids: frozenset[int]) -> None:
+        self._framer.newest_only = ids
 
     def resync(self) -> None:
         """Call on every (re)connect: the stream starts mid-frame, so nothing is counted until a valid frame."""

@@ -160,11 +160,20 @@ class FramerStats:
     # going by each peer's sequence numbers.
     messages: int = 0
     seq_gaps: int = 0
+    # Frames of a `newest_only` type that a later one of the same type and source in the same
+    # buffer replaced: counted (in `messages` and `by_type` too), CRC-checked, never decoded.
+    superseded: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
 
 
 # Judges one complete, CRC-valid frame (bytes, message id): keep it or drop it.
 FrameCheck = Callable[[bytes, int], bool]
+
+# A buffer at least this long holds several bursts of a vehicle's telemetry: a reader that
+# fell behind. Only then are `newest_only` frames skipped (a typical read is ~100 bytes,
+# one burst, and pays nothing for the rule).
+NEWEST_ONLY_MIN_BYTES = 512
+_SKIPPED: Any = object()  # a superseded frame's place in `out`, removed before returning
 
 
 class Framer:
@@ -180,6 +189,10 @@ class Framer:
         self._synced = True  # False until the first valid frame after resync()
         self._in_junk = False  # inside a stretch already counted in bad_data
         self._last_seq: dict[int, int] = {}  # (system << 8 | component) -> last sequence number
+        # Message ids whose older frames in one long buffer are superseded by the newest (see
+        # NEWEST_ONLY_MIN_BYTES): state samples that newest-wins would drop after decoding anyway.
+        # Only messages without strings (decoded here) qualify; the owner sets it.
+        self.newest_only: frozenset[int] = frozenset()
 
     def _junk(self, nbytes: int) -> None:
         if not self._synced:
@@ -206,6 +219,10 @@ class Framer:
         last_seq = self._last_seq
         by_type = stats.by_type
         gaps = 0
+        newest_only = self.newest_only if n >= NEWEST_ONLY_MIN_BYTES else None
+        # (msgid, system, component) -> index in `out` of its newest frame, left undecoded until the end.
+        newest: dict[int, int] = {}
+        msg: Any
         while i < n:
             b0 = buf[i]
             if b0 == MAGIC_V2:
@@ -238,7 +255,14 @@ class Framer:
                     stats.unverified += 1
                     i = end
                     continue
-                if light is not None:
+                if newest_only and msgid in newest_only and light is not None:
+                    nkey = msgid << 16 | hdr[4] << 8 | hdr[5]
+                    prev_at = newest.get(nkey)
+                    if prev_at is not None:
+                        out[prev_at] = _SKIPPED
+                    newest[nkey] = len(out)
+                    msg = (i, mlen, body_end, crc, hdr, info)  # decoded below if no later frame replaces it
+                elif light is not None:
                     if mlen >= size:  # longer: fields of a newer dialect, ignored as pymavlink does
                         values = unpack_from(buf, i + 10)
                     else:  # MAVLink 2 trims trailing zeros
@@ -312,7 +336,20 @@ class Framer:
         if out:
             stats.messages += len(out)
             stats.seq_gaps += gaps
+        if newest:
+            out = self._decode_newest(buf, out, newest)
         return out
+
+    def _decode_newest(self, buf: bytes, out: list[Any], newest: dict[int, int]) -> list[Any]:
+        """Decode the frames `newest` points at, in place; drop the superseded ones."""
+        for at in newest.values():
+            i, mlen, body_end, crc, hdr, info = out[at]
+            _, unpack, unpack_from, size, light, _ = info
+            values = unpack_from(buf, i + 10) if mlen >= size else unpack(buf[i + 10 : body_end] + _ZEROS[size - mlen])
+            out[at] = light(LightHeader(hdr), crc, values)
+        kept = [m for m in out if m is not _SKIPPED]
+        self.stats.superseded += len(out) - len(kept)
+        return kept
 
     def reset(self) -> None:
         """Drop a buffered partial frame (counted as one bad stretch); the counters carry on."""

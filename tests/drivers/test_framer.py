@@ -125,3 +125,46 @@ def test_resync_counts_nothing_for_the_partial_frame_at_connect() -> None:
     # once synced, a stretch of garbage counts once, however long
     codec.feed(b"\x00" * 50 + frames[0] + b"\x01" * 3)
     assert codec.stats.bad_data == 2
+
+
+NEWEST = frozenset({m.MAVLINK_MSG_ID_ATTITUDE, m.MAVLINK_MSG_ID_GLOBAL_POSITION_INT})
+
+
+def test_a_backlog_decodes_only_the_newest_of_each_newest_only_type() -> None:
+    """A read holding several bursts (a reader that fell behind): older ATTITUDE and GLOBAL_POSITION_INT
+    frames are counted and skipped, the newest of each is decoded as pymavlink decodes it, in its place."""
+    enc = MavCodec(src_system=1, src_component=1)
+    data = b"".join(enc.encode(x) for x in _mix(20))
+    assert len(data) >= 512
+    ref = _reference(data)
+    fr = Framer(m.MAVLink(None, 245, 191))
+    fr.newest_only = NEWEST
+    got = [x.to_dict() for x in fr.feed(data)]
+    last_att = max(i for i, r in enumerate(ref) if r["mavpackettype"] == "ATTITUDE")
+    last_pos = max(i for i, r in enumerate(ref) if r["mavpackettype"] == "GLOBAL_POSITION_INT")
+    expected = [r for i, r in enumerate(ref)
+                if r["mavpackettype"] not in ("ATTITUDE", "GLOBAL_POSITION_INT") or i in (last_att, last_pos)]
+    assert got == expected
+    assert got[-6]["time_boot_ms"] == 19 and got[-5]["time_boot_ms"] == 19  # the newest samples
+    # Counted as received, and as superseded: 19 of each type.
+    assert fr.stats.messages == 120 and fr.stats.by_type["ATTITUDE"] == 20
+    assert fr.stats.superseded == 38
+    assert fr.stats.seq_gaps == 0 and fr.stats.crc_errors == 0
+
+
+def test_newest_only_is_per_source_and_leaves_a_short_read_alone() -> None:
+    a, b = MavCodec(src_system=1, src_component=1), MavCodec(src_system=2, src_component=1)
+    att = [m.MAVLink_attitude_message(i, 0.1, 0.2, 0.3, 0.0, 0.0, 0.0) for i in range(12)]
+    data = b"".join(a.encode(x) + b.encode(x) for x in att)
+    assert len(data) >= 512
+    fr = Framer(m.MAVLink(None, 245, 191))
+    fr.newest_only = NEWEST
+    got = fr.feed(data)
+    assert [(x.get_srcSystem(), x.time_boot_ms) for x in got] == [(1, 11), (2, 11)]
+    # One burst (~100 bytes, the usual read): everything decoded, nothing skipped.
+    short = a.encode(att[0]) + a.encode(att[1])
+    assert len(short) < 512
+    assert [x.time_boot_ms for x in fr.feed(short)] == [0, 1]
+    # The same backlog without the rule: every frame decoded.
+    plain = Framer(m.MAVLink(None, 245, 191))
+    assert len(plain.feed(data)) == 24 and plain.stats.superseded == 0

@@ -10,6 +10,7 @@ from nats.aio.msg import Msg
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from drivers.mavlink.dialect import mavlink2
 from gateway.config import DEFAULT_RATES_HZ
 from gateway.daemon import Gateway
 from gateway.ops.natsserver import NatsServer
@@ -49,8 +50,27 @@ async def test_samples_decimated_by_the_configured_rate_are_counted_as_supersede
             assert value == twin.superseded
             made, taken, pending = twin.model.samples, twin.samples_taken, len(twin.fresh)
     await sub.unsubscribe()
-    assert made == taken + pending + value
+    assert made + twin.link.codec.stats.superseded == taken + pending + value
     # ~10 attitude samples a second made, 2 published: ~4 superseded for each one published.
     # Position (10 Hz in, 10 Hz out) adds few.
     assert value >= 2 * published["attitude"], (value, published)
     assert value <= made - published["attitude"], (value, made, published)
+
+
+async def test_a_backlogged_read_skips_older_positions_only_while_disarmed(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Positions feed the flight's distance and highest altitude while armed: then every one is decoded."""
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=1.0)) as fleet:
+        gw = Gateway(gateway_config(nats_server.url, fleet.endpoints, tmp_path))
+        async with running(gw):
+            twin = gw.twins["VID-001"]
+            codec = twin.link.codec
+            assert twin.model.armed is False
+            assert codec.newest_only == {mavlink2.MAVLINK_MSG_ID_ATTITUDE, mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT}
+            twin.model.armed = True  # as the next HEARTBEAT with the armed flag sets it
+            twin.on_messages([], 0)
+            assert codec.newest_only == {mavlink2.MAVLINK_MSG_ID_ATTITUDE}
+            twin.model.armed = False
+            twin.on_messages([], 0)
+            assert mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT in codec.newest_only

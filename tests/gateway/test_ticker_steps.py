@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import anyio
@@ -53,3 +54,25 @@ async def test_a_tick_cut_into_steps_publishes_every_vehicle_in_order(
     assert all(k.split(".")[0] + ".link" in times for k in times), "a vehicle missed its link sample"
     for key, ts in times.items():
         assert ts == sorted(ts), f"{key}: samples out of order across the tick's steps"
+
+
+async def test_the_idle_step_grows_while_other_work_holds_the_loop_and_shrinks_back() -> None:
+    """Overload: state gets as much of the loop as reading does, within bounds; a quiet loop gets 20 ms steps."""
+    from gateway.daemon import TICK_IDLE_STEP_S, TICK_MAX_IDLE_STEP_S, _StepBudget, _TickSteps
+    from gateway.services import Foreground
+
+    budget = _StepBudget()
+    steps = _TickSteps(Foreground(), budget)
+    assert budget.idle_s == TICK_IDLE_STEP_S
+
+    async def hog_the_loop() -> None:
+        end = time.perf_counter() + 2 * TICK_MAX_IDLE_STEP_S
+        while time.perf_counter() < end:  # bounded: a busy pass of other work, as reading 4,000 sockets is
+            pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hog_the_loop)
+        await steps.next()  # the hog runs in this yield
+    assert budget.idle_s == TICK_MAX_IDLE_STEP_S  # the gap was longer than the cap
+    await steps.next()  # nothing else to run: a short gap
+    assert budget.idle_s == TICK_IDLE_STEP_S
