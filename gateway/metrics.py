@@ -189,7 +189,8 @@ class _SupersededCollector(Collector):
         fam = CounterMetricFamily(
             "mavjet_state_superseded",
             "State samples a newer one replaced before their publish turn: rate decimation of vehicles "
-            "sending faster than the configured rates, and state shed by an overloaded gateway",
+            "sending faster than the configured rates, and state shed by an overloaded gateway (older frames "
+            "of a read that fell behind are not even decoded)",
         )
         fam.add_metric([], self._superseded())
         yield fam

@@ -18,6 +18,11 @@ lists) and the accessors the project uses (`get_type`, `get_srcSystem`,
 cost; the header is a `LightHeader`, the unpacked header tuple itself. They
 are for reading; outgoing messages are built with pymavlink.
 tests/drivers/test_fastdecode.py holds them to pymavlink for every type.
+
+A reader that fell behind hands over a backlog (a read of `NEWEST_ONLY_MIN_BYTES`
+or more). For the message ids in `newest_only`, whose samples the caller keeps only
+the newest of, every frame is still checked and counted, but only the newest per
+source is decoded (`FramerStats.superseded` counts the rest).
 """
 
 from __future__ import annotations
