@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nats.aio.client import Client
@@ -46,6 +47,9 @@ SIM_READY_TIMEOUT_S = 15.0  # the simulator imports pymavlink and binds: ~1 s id
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the simulator's listeners bind (asyncio's servers reuse addresses): a port whose
+        # only users are connections in TIME_WAIT is free for them.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -53,14 +57,14 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def pick_base_port(n: int, preferred: int = 5760) -> int:
+def pick_base_port(n: int, preferred: int = 5760, *, is_free: Callable[[int], bool] = _port_free) -> int:
     """A base port such that base + 10*i is free for every vehicle (SITL's layout)."""
     # Large fleets (4,000 vehicles span 40,000 ports) fit only from a low base, and then cross the
     # ephemeral range, where a port in use ends in any digit: low bases with each last digit.
     low = [start + digit for start in (20000, 2000) for digit in (1, 3, 7, 9, 5)]
     candidates = ([preferred] if preferred else []) + [free_port() for _ in range(20)] + low
     for base in candidates:
-        if base + 10 * n < 65535 and all(_port_free(base + 10 * i) for i in range(n)):
+        if base + 10 * n < 65535 and all(is_free(base + 10 * i) for i in range(n)):
             return base
     raise RuntimeError("no free port range for the simulated vehicles")
 
