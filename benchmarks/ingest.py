@@ -188,7 +188,7 @@ async def run_ingest(
         shaper = getattr(gw.publisher, "uplink", None)
         shed0 = getattr(shaper, "shed", 0)
         twins = list(gw.twins.values())
-        superseded0 = sum(getattr(t, "superseded", 0) for t in twins)  # absent in older builds
+        superseded0 = sum(t.superseded for t in twins)
         latencies_ns: list[int] = []
         gw.publisher.on_state_ack = latencies_ns.append
         order = OrderCheck()
@@ -228,7 +228,7 @@ async def run_ingest(
             "state_shed": getattr(shaper, "shed", 0) - shed0,
             # Replaced by a newer sample before their publish turn: what a gateway that
             # cannot keep up sheds (and the rate decimation of a vehicle sending faster).
-            "state_superseded": sum(getattr(t, "superseded", 0) for t in twins) - superseded0,
+            "state_superseded": sum(t.superseded for t in twins) - superseded0,
             "order_checked_samples": order.checked,
             "order_reordered_samples": order.reordered,
         })

@@ -54,6 +54,7 @@ def _probability(key: str, value: float) -> None:
 
 TICK_CHUNK: Final = 64  # vehicles stepped between two looks at the sockets
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
     """How many vehicles, where they listen, how fast time runs, and fleet-wide fault defaults."""
@@ -240,10 +241,10 @@ class SimFleet:
         while True:
             wall = time.monotonic()
             sim_now = (wall - self._t0) * self.config.speedup
-            vehicles = list(self.vehicles)
-            for i, v in enumerate(vehicles, 1):
+            last = len(self.vehicles)  # the fleet is complete before this task starts
+            for i, v in enumerate(self.vehicles, 1):
                 v.tick(sim_now, wall)
-                if i % TICK_CHUNK == 0 and i < len(vehicles):
+                if i % TICK_CHUNK == 0 and i < last:
                     # A tick of a large fleet takes tens of ms; a command frame waiting
                     # that long for its vehicle would be the simulator's latency, not the
                     # autopilot's (ArduPilot answers within a loop of its own, ~2.5 ms).
