@@ -7,7 +7,7 @@ whose rate interval has passed (decimate, never forward every MAVLink
 message: a vehicle sends far more than any consumer wants, and each publish
 costs more than the decode), `collect_link` adds the gateway-computed link
 channel. A fresh sample waits at most one tick, so decimation adds little
-latency.
+latency. Samples are packed as they arrive (`on_messages`), not at the tick.
 
 To services the twin is a `gateway.services.VehicleHandle`: its MAVLink
 session, a read-only telemetry view, its event stream and `publish_event`.
@@ -86,6 +86,24 @@ class EnvelopePacker:
         return b"".join((self._head, ts, self._data_key, self._pack(data)))
 
 
+class _Channel:
+    """One published state channel of one vehicle: its schedule and its newest sample, packed.
+
+    Everything the publish tick needs of a channel sits in one small object,
+    not in five per-vehicle dicts: the tick visits a thousand vehicles between
+    two visits of the same one, so each lookup was a cache miss.
+    """
+
+    __slots__ = ("interval_ns", "next_ns", "payload", "recv_ns", "subject")
+
+    def __init__(self, subject: str, interval_ns: int) -> None:
+        self.subject = subject
+        self.interval_ns = interval_ns
+        self.next_ns = 0  # earliest next publish
+        self.payload = b""
+        self.recv_ns = 0
+
+
 class VehicleTwin:
     def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
                  *, hub: UdpHub | None = None, on_fresh: Callable[[VehicleTwin], None] | None = None,
@@ -118,20 +136,19 @@ class VehicleTwin:
         self._armed_rule = False
         self.link.codec.newest_only = _NEWEST_ONLY_IDLE
         self.events = EventBus(vcfg.vid)
-        self.recv_ns: dict[str, int] = {}
+        self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
         # The full interval: publish times follow a fixed schedule (see
         # collect_due), so tick jitter does not lower the rate and the
         # configured rate is a true upper bound.
-        self._interval_ns = {ch: int(1e9 / hz) for ch, hz in cfg.rates_hz.items() if ch != "link"}
-        self._last_pub_ns: dict[str, int] = {}  # per channel: earliest next publish (ns)
-        self.fresh: set[str] = set()
+        self._channels = {ch: _Channel(self._subjects[ch], int(1e9 / hz))
+                          for ch, hz in cfg.rates_hz.items() if ch != "link"}
+        self.fresh: set[_Channel] = set()  # channels with a sample not yet published
         # Samples taken out of `fresh` by `collect_due` (published, or on a channel with no rate).
         # With the model's `samples`, this gives `superseded`.
         self.samples_taken = 0
         self._next_due_ns = 0  # earliest time a fresh channel may go out; 0: check now
         # The daemon's ticker: told (with self) when a channel gets a new sample.
         self.on_fresh = on_fresh
-        self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
         self._link_period_s = round(1.0 / cfg.rates_hz["link"], 3) if cfg.rates_hz.get("link") else None
         self._lost_at_mono: float | None = None
         self._was_up = False
@@ -153,11 +170,28 @@ class VehicleTwin:
         if (model.armed is True) is not self._armed_rule:
             self._armed_rule = model.armed is True
             self.link.codec.newest_only = _NEWEST_ONLY_ARMED if self._armed_rule else _NEWEST_ONLY_IDLE
-        if model.updated:
-            for ch in model.updated:
-                self.recv_ns[ch] = recv_ns
-            self.fresh |= model.updated
-            model.updated.clear()
+        updated = model.updated
+        if updated:
+            # Each new sample is packed now, while its dict is in the CPU's cache: at the
+            # publish tick, after a thousand other vehicles' batches, the same pack took
+            # twice as long (docs/performance.md). A sample is the channel as of its own
+            # time, so a VFR_HUD or BATTERY_STATUS enriching it later rides on the next one.
+            published, pack, fresh = self._channels, self._packer.pack, self.fresh
+            channels, sample_ns = model.channels, model.sample_ns
+            for name in updated:
+                chan = published.get(name)
+                if chan is None:  # no rate configured: never published
+                    self.samples_taken += 1
+                    continue
+                try:
+                    chan.payload = pack(sample_ns[name], channels[name])
+                except Exception:  # that sample is lost; the vehicle and its other channels go on
+                    self.samples_taken += 1
+                    self.report_error("telemetry")
+                    continue
+                chan.recv_ns = recv_ns
+                fresh.add(chan)
+            updated.clear()
             self._next_due_ns = 0  # a new sample may be due now
             if self.on_fresh is not None:
                 self.on_fresh(self)
@@ -277,31 +311,25 @@ class VehicleTwin:
         """
         if now_ns < self._next_due_ns:
             return True
-        last = self._last_pub_ns
-        model = self.model
         fresh = self.fresh
-        pack = self._packer.pack
         next_due = 1 << 62
-        taken = len(fresh)
-        for ch in list(fresh):
-            interval = self._interval_ns.get(ch)
-            if interval is None:
-                fresh.discard(ch)
-                continue
-            # `last` holds when the channel may next be published. It advances
-            # on a fixed schedule (not from the publish time, whose tick
-            # jitter would accumulate into lag), so the rate stays bounded
-            # when the vehicle sends faster, and a sample arriving on time
-            # goes out on the next tick.
-            due = last.get(ch, 0)
+        taken = 0
+        for chan in list(fresh):
+            # `next_ns` advances on a fixed schedule (not from the publish time,
+            # whose tick jitter would accumulate into lag), so the rate stays
+            # bounded when the vehicle sends faster, and a sample arriving on
+            # time goes out on the next tick.
+            due = chan.next_ns
             if now_ns < due:
                 next_due = min(next_due, due)
                 continue
-            fresh.discard(ch)
-            recv = self.recv_ns[ch]
-            last[ch] = max(due + interval, recv + interval // 2)
-            out.append((self._subjects[ch], pack(model.sample_ns[ch], model.channels[ch]), recv))
-        self.samples_taken += taken - len(fresh)
+            fresh.discard(chan)
+            taken += 1
+            recv = chan.recv_ns
+            interval = chan.interval_ns
+            chan.next_ns = max(due + interval, recv + interval // 2)
+            out.append((chan.subject, chan.payload, recv))
+        self.samples_taken += taken
         self._next_due_ns = next_due if fresh else 0
         return bool(fresh)
 

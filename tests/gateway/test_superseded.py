@@ -74,3 +74,33 @@ async def test_a_backlogged_read_skips_older_positions_only_while_disarmed(
             twin.model.armed = False
             twin.on_messages([], 0)
             assert mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT in codec.newest_only
+
+
+async def test_an_unpackable_sample_is_lost_alone(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
+    """Samples are packed as they arrive: one that cannot be packed costs that sample and an error, nothing more."""
+    published: dict[str, int] = {}
+
+    async def on_msg(msg: Msg) -> None:
+        channel = msg.subject.rsplit(".", 1)[1]
+        published[channel] = published.get(channel, 0) + 1
+
+    sub = await provisioned.subscribe(f"fleet.{ENV}.veh.VID-001.state.>", cb=on_msg)
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=1.0)) as fleet:
+        gw = Gateway(gateway_config(nats_server.url, fleet.endpoints, tmp_path))
+        async with running(gw):
+            twin = gw.twins["VID-001"]
+            errors = gw.metrics.errors.labels(where="telemetry")
+            before = errors._value.get()
+            now_ns = twin.clock.now_ns()
+            twin.model._set("battery", now_ns, {"voltage_v": object()})
+            twin.model._set("gps", now_ns, {"fix_type": 3})
+            twin.on_messages([], now_ns)
+            assert errors._value.get() == before + 1
+            assert {c.subject.rsplit(".", 1)[1] for c in twin.fresh} >= {"gps"}
+            assert "battery" not in {c.subject.rsplit(".", 1)[1] for c in twin.fresh}
+            seen = dict(published)
+            with anyio.fail_after(10):  # the other channels go on, and the next SYS_STATUS mends the battery
+                while published.get("position", 0) < seen.get("position", 0) + 5 or \
+                        published.get("battery", 0) <= seen.get("battery", 0):
+                    await anyio.sleep(0.05)
+    await sub.unsubscribe()
