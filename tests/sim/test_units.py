@@ -82,6 +82,20 @@ def test_schedule_coarse_ticks_keep_the_rate() -> None:
     assert sent.count(streams.ATTITUDE) == pytest.approx(200, abs=2)
 
 
+def test_schedule_after_a_stall_catches_up_a_few_slots_then_resynchronises() -> None:
+    s = streams.Schedule()
+    s.set_interval(streams.ATTITUDE, 100_000, 0.0)
+    s.set_interval(streams.GLOBAL_POSITION_INT, 100_000, 0.0)
+    first = s.due(0.0)  # both start now, with the heartbeat: one each, in message-id order
+    assert first == sorted(first) == [streams.HEARTBEAT, streams.ATTITUDE, streams.GLOBAL_POSITION_INT]
+    late = s.due(5.0)  # 50 slots missed
+    assert late.count(streams.ATTITUDE) == streams.MAX_CATCH_UP
+    assert late.count(streams.GLOBAL_POSITION_INT) == streams.MAX_CATCH_UP
+    assert s.due(5.05) == []  # resynchronised one interval after the stall, not bursting
+    assert s.due(5.1) == [streams.ATTITUDE, streams.GLOBAL_POSITION_INT]
+    assert s.next_due == pytest.approx(5.2)
+
+
 def test_params_coerce_to_type() -> None:
     assert params.coerce(params.BY_NAME["FENCE_ENABLE"], 2.6) == 3.0
     assert params.coerce(params.BY_NAME["FENCE_ENABLE"], 1000) == 127.0  # INT8 clamps
