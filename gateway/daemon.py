@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import gc
+import importlib.util
 import os
 import signal
 import socket
@@ -395,12 +396,14 @@ def preflight(cfg: GatewayConfig) -> None:
     """What would fail later, checked before anything starts; raises ConfigError naming the key.
 
     A missing creds or TLS file, a state dir we cannot write, a metrics port
-    already taken: none of them gets better by retrying, so the gateway exits
+    already taken, `uvloop = true` without uvloop installed: none of them gets better by retrying, so the gateway exits
     2 with one line instead of a traceback or an endless NATS retry. An
     unreachable server is not checked here: it may come up later, and the
     publisher keeps retrying with backoff.
     """
     cfg.nats.check_files()
+    if cfg.uvloop and importlib.util.find_spec("uvloop") is None:
+        raise ConfigError("uvloop", "is true but uvloop is not installed (pip install 'mavjet[edge]')")
     try:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=cfg.state_dir):

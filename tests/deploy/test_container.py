@@ -129,6 +129,8 @@ def test_compose_is_consistent() -> None:
     mount = next(v for v in services["gateway"]["volumes"] if v.endswith(":/etc/mavjet/gateway.toml:ro"))
     cfg = build_config(tomllib.loads((COMPOSE.parent / mount.split(":")[0]).read_text()))
     assert cfg.metrics_port == 9108 and cfg.metrics_host == "0.0.0.0"
+    # The hub runs on uvloop, which the image installs with the `edge` extra.
+    assert cfg.uvloop is True and ".[edge]" in CONTAINERFILE.read_text()
     ports = [e.endpoint.port for e in cfg.vehicles]
     lo, hi = (int(x) for x in services["gateway"]["ports"][0].split(":")[0].split("-"))
     assert all(lo <= p <= hi for p in ports)

@@ -125,3 +125,14 @@ def test_same_vid_twice_on_the_command_line_is_an_error() -> None:
     raw = {"vehicles": [{"vid": "VID-001", "endpoint": "tcp:127.0.0.1:9"}]}
     cfg = resolve_config(raw, flags={"vehicle": [VEHICLE]}, environ={})
     assert [str(v.endpoint) for v in cfg.vehicles] == ["tcp:127.0.0.1:1"]
+
+
+def test_uvloop_configured_but_not_installed_is_a_config_error(tmp_path: Path) -> None:
+    """The real process, with uvloop hidden from it: exit 2 and one line, not an ImportError traceback."""
+    code = ("import sys; sys.modules['uvloop'] = None; "  # what `import uvloop` sees without the package
+            "from gateway.cli import main; sys.exit(main())")
+    args = gateway_args(tmp_path, "--uvloop")
+    res = run_gateway([sys.executable, "-c", code, *args[3:]])
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "uvloop" in lines[0] and "not installed" in lines[0], res.stderr
