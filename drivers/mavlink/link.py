@@ -53,6 +53,9 @@ DEFAULT_STREAMS_HZ: dict[str, float] = {
     "HOME_POSITION": 0.2,
 }
 
+# A stream is asked for again after this many of its intervals without a sample (and stream_stale_s).
+STALE_INTERVALS = 2.5
+
 # REQUEST_DATA_STREAM groups covering the messages above (ArduPilot's mapping).
 _DATA_STREAMS = (
     (mavlink2.MAV_DATA_STREAM_POSITION, "GLOBAL_POSITION_INT"),
@@ -392,13 +395,18 @@ class MavlinkLink:
         """Ask for the streams we need; ask again for any that went quiet (e.g. after a reboot)."""
         await self._ready.wait()
         last_request: dict[str, float] = {}
+        # A stream is quiet when it missed a few of its own intervals, never sooner than
+        # stream_stale_s: HOME_POSITION at 0.2 Hz against a 5 s bound was asked for again
+        # whenever a check fell just before its next sample (and always with a shorter bound).
+        quiet_s = {name: max(self.config.stream_stale_s, STALE_INTERVALS / hz)
+                   for name, hz in self.config.streams_hz.items()}
         while True:
             if self.state is LinkState.UP:
                 now = time.monotonic()
                 stale = [
-                    name for name in self.config.streams_hz
-                    if now - self._last_seen_mono.get(name, 0.0) > self.config.stream_stale_s
-                    and now - last_request.get(name, 0.0) > self.config.stream_stale_s
+                    name for name, limit in quiet_s.items()
+                    if now - self._last_seen_mono.get(name, 0.0) > limit
+                    and now - last_request.get(name, 0.0) > limit
                 ]
                 if stale:
                     await self._request_streams(stale)

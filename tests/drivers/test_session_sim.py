@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -131,3 +132,29 @@ async def test_px4_plain_upload_sends_no_home_and_downloads_in_mavjets_layout() 
         assert (stored[0].seq, stored[0].command) == (0, plan.mission[1].command)
         back = await session.download_mission()
         assert [it.seq for it in back] == [it.seq for it in plan.mission]
+
+
+async def test_a_slow_stream_is_not_asked_for_again_while_it_flows() -> None:
+    """HOME_POSITION comes every 5 s: a 1 s staleness bound must not re-request it at every check."""
+    requested: list[str] = []
+    async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=1.0)) as fleet:
+        cfg = LinkConfig(heartbeat_timeout_s=3.0, stream_check_interval_s=0.2, stream_stale_s=1.0,
+                         streams_hz={"ATTITUDE": 10.0, "HOME_POSITION": 0.2})
+        link = MavlinkLink(name="veh1", endpoint=Endpoint.parse(fleet.endpoints[0]), config=cfg,
+                           on_messages=lambda msgs, recv_ns: None)
+        send = link.send
+
+        async def spy(msg: Any) -> None:
+            if msg.get_type() == "COMMAND_LONG" and msg.command == mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL:
+                requested.append(mavlink2.mavlink_map[int(msg.param1)].msgname)
+            await send(msg)
+
+        link.send = spy  # type: ignore[method-assign]
+        async with anyio.create_task_group() as tg:
+            await tg.start(link.run)
+            with anyio.fail_after(15):
+                await link.wait_ready()
+            await anyio.sleep(7.0)  # a 1 s bound checked every 0.2 s: the old rule asked ~6 times more
+            tg.cancel_scope.cancel()
+    assert requested.count("HOME_POSITION") == 1, requested
+    assert requested.count("ATTITUDE") == 1, requested
