@@ -396,10 +396,11 @@ def preflight(cfg: GatewayConfig) -> None:
     """What would fail later, checked before anything starts; raises ConfigError naming the key.
 
     A missing creds or TLS file, a state dir we cannot write, a metrics port
-    already taken, `uvloop = true` without uvloop installed: none of them gets better by retrying, so the gateway exits
-    2 with one line instead of a traceback or an endless NATS retry. An
-    unreachable server is not checked here: it may come up later, and the
-    publisher keeps retrying with backoff.
+    already taken, `uvloop = true` without uvloop installed: none of them
+    gets better by retrying, so the gateway exits 2 with one line instead of
+    a traceback or an endless NATS retry. An unreachable server is not
+    checked here: it may come up later, and the publisher keeps retrying
+    with backoff.
     """
     cfg.nats.check_files()
     if cfg.uvloop and importlib.util.find_spec("uvloop") is None:
