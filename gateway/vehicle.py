@@ -136,12 +136,12 @@ class VehicleTwin:
         self._armed_rule = False
         self.link.codec.newest_only = _NEWEST_ONLY_IDLE
         self.events = EventBus(vcfg.vid)
-        self._subjects = {ch: state_subject(cfg.env, vcfg.vid, ch) for ch in cfg.rates_hz}
         # The full interval: publish times follow a fixed schedule (see
         # collect_due), so tick jitter does not lower the rate and the
         # configured rate is a true upper bound.
-        self._channels = {ch: _Channel(self._subjects[ch], int(1e9 / hz))
+        self._channels = {ch: _Channel(state_subject(cfg.env, vcfg.vid, ch), int(1e9 / hz))
                           for ch, hz in cfg.rates_hz.items() if ch != "link"}
+        self._link_subject = state_subject(cfg.env, vcfg.vid, "link") if "link" in cfg.rates_hz else None
         self.fresh: set[_Channel] = set()  # channels with a sample not yet published
         # Samples taken out of `fresh` by `collect_due` (published, or on a channel with no rate).
         # With the model's `samples`, this gives `superseded`.
@@ -348,8 +348,8 @@ class VehicleTwin:
             self.flush_repeats(now_ns)
         if self.budget.holding:
             self.flush_suppressed(now_ns)
-        if "link" in self._subjects:
-            out.append((self._subjects["link"], self._packer.pack(now_ns, self.link_channel()), now_ns))
+        if self._link_subject is not None:
+            out.append((self._link_subject, self._packer.pack(now_ns, self.link_channel()), now_ns))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Supervise the link: a bug that escapes it restarts this vehicle only, after a backoff."""
