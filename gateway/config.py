@@ -179,9 +179,9 @@ class GatewayConfig:
     nats_backoff_initial_s: float = 0.5
     nats_backoff_max_s: float = 10.0
     spool_max_events: int = 100_000
-    max_inflight_state: int = 4000
+    max_inflight_state: int = 800  # acked state publishes awaiting their ack: 40,000 samples at state_ack_every 50
     publish_tick_s: float = 0.02
-    state_ack_every: int = 10  # 1: every state publish waits for a JetStream ack
+    state_ack_every: int = 50  # 1: every state publish waits for a JetStream ack (docs/decisions.md)
     uvloop: bool = False
     routes: tuple[RouteConfig, ...] = ()
     tunnel: bool = False  # raw MAVLink over core NATS for every vehicle (a vehicle's `tunnel` overrides)
