@@ -30,7 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.backoff import Backoff
-from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, MavCodec
+from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, ConstantMessage, MavCodec
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.router import FrameSplitter
 from drivers.mavlink.signing import MavSigning
@@ -55,6 +55,9 @@ DEFAULT_STREAMS_HZ: dict[str, float] = {
 
 # A stream is asked for again after this many of its intervals without a sample (and stream_stale_s).
 STALE_INTERVALS = 2.5
+# What the gateway says it is, once a second on every link: an onboard controller, active.
+GATEWAY_HEARTBEAT = ConstantMessage(mavlink2.MAVLink_heartbeat_message(
+    mavlink2.MAV_TYPE_ONBOARD_CONTROLLER, mavlink2.MAV_AUTOPILOT_INVALID, 0, 0, mavlink2.MAV_STATE_ACTIVE, 3))
 
 # REQUEST_DATA_STREAM groups covering the messages above (ArduPilot's mapping).
 _DATA_STREAMS = (
@@ -369,12 +372,9 @@ class MavlinkLink:
                 dispatch(msgs, time.time_ns())
 
     async def _heartbeat_loop(self) -> None:
-        hb = mavlink2.MAVLink_heartbeat_message(
-            mavlink2.MAV_TYPE_ONBOARD_CONTROLLER, mavlink2.MAV_AUTOPILOT_INVALID, 0, 0, mavlink2.MAV_STATE_ACTIVE, 3
-        )
         t = self._transport
         while t is not None:
-            await t.send(self.codec.encode(hb))
+            await t.send(self.codec.encode_constant(GATEWAY_HEARTBEAT))
             await anyio.sleep(self.config.heartbeat_interval_s)
 
     async def _watchdog_loop(self) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 
-from drivers.mavlink.codec import MavCodec
+from drivers.mavlink.codec import ConstantMessage, MavCodec
 from drivers.mavlink.dialect import mavlink2
+from drivers.mavlink.signing import MavSigning
 
 
 def _heartbeat() -> object:
@@ -77,3 +78,26 @@ def test_encode_uses_our_ids() -> None:
     enc = MavCodec(src_system=245, src_component=191)
     msg = MavCodec().feed(enc.encode(_heartbeat()))[0]
     assert (msg.get_srcSystem(), msg.get_srcComponent()) == (245, 191)
+
+
+def test_constant_frames_equal_pymavlinks_for_every_sequence() -> None:
+    """The cached heartbeat is the frame `encode` makes, for each sequence number and for other ids."""
+    const = ConstantMessage(_heartbeat())  # type: ignore[arg-type]
+    for ids in ((245, 191), (1, 1)):
+        cached, packed = MavCodec(src_system=ids[0], src_component=ids[1]), MavCodec(src_system=ids[0], src_component=ids[1])
+        for _ in range(300):  # past the wrap of the sequence byte, so half the frames come from the cache
+            assert cached.encode_constant(const) == packed.encode(_heartbeat())  # type: ignore[arg-type]
+    assert len(const.frames) == 512
+    # Sequence numbers still advance across both kinds of send.
+    enc, dec = MavCodec(src_system=7, src_component=1), MavCodec()
+    data = enc.encode_constant(const) + enc.encode(_heartbeat()) + enc.encode_constant(const)  # type: ignore[arg-type]
+    assert [m.get_seq() for m in dec.feed(data)] == [0, 1, 2]
+    assert dec.stats.seq_gaps == 0
+
+
+def test_constant_frames_are_signed_afresh() -> None:
+    const = ConstantMessage(_heartbeat())  # type: ignore[arg-type]
+    enc = MavCodec(src_system=7, src_component=1, signing=MavSigning(b"k" * 32))
+    a, b = enc.encode_constant(const), enc.encode_constant(const)
+    assert a[0] == b[0] == 0xFD and a[2] & 0x01  # MAVLink 2, the signed flag set
+    assert a[4] != b[4] and not const.frames  # each its own sequence and signature; nothing cached
