@@ -264,23 +264,33 @@ class MavlinkLink:
         if self._on_state is not None:
             self._on_state(old, new)
 
+    def _autopilot_heartbeat(self, src_system: int, src_component: int, now: float) -> int:
+        """An autopilot's HEARTBEAT: the first names the vehicle; the vehicle's keep the link up. Returns the target."""
+        if self._target_system == 0:
+            self._target_system = src_system
+            self._target_component = src_component
+        if src_system == self._target_system:
+            self.last_heartbeat_mono = now
+            if self.state is not LinkState.UP:
+                self._set_state(LinkState.UP)
+                self._ready.set()
+        return self._target_system
+
     def _dispatch(self, msgs: list[MavMessage], recv_ns: int) -> None:
+        # Per message and per read at a thousand vehicles: locals, and the rare work in a call.
         now = time.monotonic()
+        target = self._target_system
+        seen = self._last_seen_mono
         vehicle: list[MavMessage] = []
+        keep = vehicle.append
         for msg in msgs:
+            kind = msg._type
             hdr = msg._header
-            if msg._type == "HEARTBEAT" and is_autopilot_heartbeat(msg.type, msg.autopilot):
-                if self._target_system == 0:
-                    self._target_system = hdr.srcSystem
-                    self._target_component = hdr.srcComponent
-                if hdr.srcSystem == self._target_system:
-                    self.last_heartbeat_mono = now
-                    if self.state is not LinkState.UP:
-                        self._set_state(LinkState.UP)
-                        self._ready.set()
-            if hdr.srcSystem == self._target_system:
-                self._last_seen_mono[msg._type] = now
-                vehicle.append(msg)
+            if kind == "HEARTBEAT" and is_autopilot_heartbeat(msg.type, msg.autopilot):
+                target = self._autopilot_heartbeat(hdr.srcSystem, hdr.srcComponent, now)
+            if hdr.srcSystem == target:
+                seen[kind] = now
+                keep(msg)
         if vehicle:
             self._on_messages(vehicle, recv_ns)
         if self._listeners:
