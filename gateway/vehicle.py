@@ -2,12 +2,13 @@
 
 The link calls `on_messages` synchronously for every batch it decodes; that
 is the hot path (model update, event hand-off). State publishing happens on
-the daemon's shared ticker: `collect_due` gathers channels with a new sample
-whose rate interval has passed (decimate, never forward every MAVLink
-message: a vehicle sends far more than any consumer wants, and each publish
-costs more than the decode), `collect_link` adds the gateway-computed link
-channel. A fresh sample waits at most one tick, so decimation adds little
-latency. Samples are packed as they arrive (`on_messages`), not at the tick.
+the daemon's shared ticker. A sample is packed as it arrives; if its
+channel's rate interval has passed, it is queued for the next tick
+(`ReadyStates`), else it waits in the twin and `collect_due` gathers it once
+due (decimate, never forward every MAVLink message: a vehicle sends far more
+than any consumer wants, and each publish costs more than the decode).
+`collect_link` adds the gateway-computed link channel. A due sample waits at
+most one tick, so decimation adds little latency.
 
 To services the twin is a `gateway.services.VehicleHandle`: its MAVLink
 session, a read-only telemetry view, its event stream and `publish_event`.
@@ -86,6 +87,32 @@ class EnvelopePacker:
         return b"".join((self._head, ts, self._data_key, self._pack(data)))
 
 
+StateSample = tuple[str, bytes, int]  # (subject, payload, receive time ns), as the publisher takes them
+
+
+class ReadyStates:
+    """The fleet's state samples that were due when they arrived, in arrival order, for the next tick.
+
+    Most samples are due the moment they arrive (a vehicle sending at the
+    configured rate): the twin queues them here, and the publish tick takes
+    the lot (`take`) instead of visiting every vehicle to find them. One
+    entry per channel: a newer sample of a channel already queued replaces
+    it in place (newest wins, the place keeps its order). `gen` tells the
+    twins which entries are still queued: `take` starts a new generation.
+    """
+
+    __slots__ = ("gen", "items")
+
+    def __init__(self) -> None:
+        self.gen = 1
+        self.items: list[StateSample] = []
+
+    def take(self) -> list[StateSample]:
+        items, self.items = self.items, []
+        self.gen += 1
+        return items
+
+
 class _Channel:
     """One published state channel of one vehicle: its schedule and its newest sample, packed.
 
@@ -94,7 +121,7 @@ class _Channel:
     two visits of the same one, so each lookup was a cache miss.
     """
 
-    __slots__ = ("interval_ns", "next_ns", "payload", "recv_ns", "subject")
+    __slots__ = ("interval_ns", "next_ns", "payload", "ready_gen", "ready_idx", "recv_ns", "subject")
 
     def __init__(self, subject: str, interval_ns: int) -> None:
         self.subject = subject
@@ -102,12 +129,14 @@ class _Channel:
         self.next_ns = 0  # earliest next publish
         self.payload = b""
         self.recv_ns = 0
+        self.ready_gen = 0  # == ReadyStates.gen: queued there, at ready_idx
+        self.ready_idx = 0
 
 
 class VehicleTwin:
     def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
                  *, hub: UdpHub | None = None, on_fresh: Callable[[VehicleTwin], None] | None = None,
-                 clock: GatewayClock | None = None) -> None:
+                 ready: ReadyStates | None = None, clock: GatewayClock | None = None) -> None:
         self.vid = vcfg.vid
         self.cfg = cfg
         self.clock = clock or GatewayClock()
@@ -142,8 +171,11 @@ class VehicleTwin:
         self._channels = {ch: _Channel(state_subject(cfg.env, vcfg.vid, ch), int(1e9 / hz))
                           for ch, hz in cfg.rates_hz.items() if ch != "link"}
         self._link_subject = state_subject(cfg.env, vcfg.vid, "link") if "link" in cfg.rates_hz else None
-        self.fresh: set[_Channel] = set()  # channels with a sample not yet published
-        # Samples taken out of `fresh` by `collect_due` (published, or on a channel with no rate).
+        self.fresh: set[_Channel] = set()  # channels with a sample not yet due (rate-limited)
+        # Samples due on arrival go to the fleet's queue for the next tick (ReadyStates).
+        self.ready = ready if ready is not None else ReadyStates()
+        # Samples taken for publishing: queued in `ready` on arrival or out of `fresh` by
+        # `collect_due` (and those of a channel with no rate, never published).
         # With the model's `samples`, this gives `superseded`.
         self.samples_taken = 0
         self._next_due_ns = 0  # earliest time a fresh channel may go out; 0: check now
@@ -178,23 +210,41 @@ class VehicleTwin:
             # time, so a VFR_HUD or BATTERY_STATUS enriching it later rides on the next one.
             published, pack, fresh = self._channels, self._packer.pack, self.fresh
             channels, sample_ns = model.channels, model.sample_ns
+            ready = self.ready
+            gen, queue = ready.gen, ready.items
+            pending = False
             for name in updated:
                 chan = published.get(name)
                 if chan is None:  # no rate configured: never published
                     self.samples_taken += 1
                     continue
                 try:
-                    chan.payload = pack(sample_ns[name], channels[name])
+                    payload = pack(sample_ns[name], channels[name])
                 except Exception:  # that sample is lost; the vehicle and its other channels go on
                     self.samples_taken += 1
                     self.report_error("telemetry")
                     continue
+                if chan.ready_gen == gen:  # queued for the next tick: the newer sample takes its place
+                    queue[chan.ready_idx] = (chan.subject, payload, recv_ns)
+                    continue
+                due = chan.next_ns
+                if recv_ns >= due:  # due now: queued for the next tick (see collect_due for the schedule)
+                    fresh.discard(chan)  # an older sample still waiting is superseded
+                    interval = chan.interval_ns
+                    chan.next_ns = max(due + interval, recv_ns + interval // 2)
+                    chan.ready_gen, chan.ready_idx = gen, len(queue)
+                    queue.append((chan.subject, payload, recv_ns))
+                    self.samples_taken += 1
+                    continue
+                chan.payload = payload  # not yet due: the tick collects it when it is
                 chan.recv_ns = recv_ns
                 fresh.add(chan)
+                pending = True
             updated.clear()
-            self._next_due_ns = 0  # a new sample may be due now
-            if self.on_fresh is not None:
-                self.on_fresh(self)
+            if pending:
+                self._next_due_ns = 0  # recompute at the next tick
+                if self.on_fresh is not None:
+                    self.on_fresh(self)
         if model.events:
             self.publish_events(model.drain_events())
 
@@ -303,7 +353,7 @@ class VehicleTwin:
         }
 
     def collect_due(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> bool:
-        """Append (subject, payload, receive time) for every fresh channel now due.
+        """Append (subject, payload, receive time) for every fresh (rate-limited) channel now due.
 
         Synchronous and cheap when nothing is due, because the fleet ticker
         calls it for every vehicle with a fresh sample on every tick. Returns

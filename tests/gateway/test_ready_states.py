@@ -1,0 +1,98 @@
+"""Samples due on arrival are queued for the next tick, one per channel, newest in place; the rest wait in the twin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drivers.mavlink.transport import Endpoint
+from gateway.clock import GatewayClock
+from gateway.config import DEFAULT_RATES_HZ, GatewayConfig, VehicleConfig
+from gateway.contract import envelope
+from gateway.metrics import GatewayMetrics
+from gateway.publisher import Publisher
+from gateway.spool import Spool
+from gateway.vehicle import ReadyStates, VehicleTwin
+
+T0_NS = 1_763_939_000_000_000_000
+MS = 1_000_000
+
+
+class _Clock(GatewayClock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.t_ns = T0_NS
+
+    def now_ns(self) -> int:
+        return self.t_ns
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Iterator[Spool]:
+    s = Spool(tmp_path / "spool.sqlite", max_entries=10)
+    yield s
+    s.close()
+
+
+def _twin(tmp_path: Path, spool: Spool, ready: ReadyStates, clock: _Clock) -> VehicleTwin:
+    vcfg = VehicleConfig(vid="V1", endpoint=Endpoint.parse("tcp:127.0.0.1:1"))
+    cfg = GatewayConfig(vehicles=(vcfg,), env="test", state_dir=tmp_path / "state",
+                        rates_hz=dict(DEFAULT_RATES_HZ, attitude=10.0))
+    metrics = GatewayMetrics()
+    pub = Publisher(cfg, spool, metrics)
+    return VehicleTwin(vcfg, cfg, pub, metrics, ready=ready, clock=clock)
+
+
+def _sample(twin: VehicleTwin, clock: _Clock, at_ms: int, channel: str, i: int) -> None:
+    clock.t_ns = T0_NS + at_ms * MS
+    twin.model._set(channel, clock.t_ns, {"i": i})
+    twin.on_messages([], 0)
+
+
+def _channels(items: list[tuple[str, bytes, int]]) -> list[tuple[str, int]]:
+    return [(subject.rsplit(".", 1)[1], envelope.unpack(payload).data["i"]) for subject, payload, _ in items]
+
+
+def _superseded(twin: VehicleTwin) -> int:
+    return twin.model.samples - twin.samples_taken - len(twin.fresh)
+
+
+async def test_due_samples_queue_in_arrival_order_one_per_channel_newest_in_place(tmp_path: Path, spool: Spool) -> None:
+    ready, clock = ReadyStates(), _Clock()
+    twin = _twin(tmp_path, spool, ready, clock)
+    _sample(twin, clock, 0, "attitude", 1)
+    _sample(twin, clock, 10, "gps", 1)
+    _sample(twin, clock, 15, "attitude", 2)  # replaces attitude 1 where it stands: before gps
+    assert _channels(ready.items) == [("attitude", 2), ("gps", 1)]
+    assert not twin.fresh and _superseded(twin) == 1
+    assert _channels(ready.take()) == [("attitude", 2), ("gps", 1)] and ready.items == []
+
+    # Taken: attitude's next slot is 50 ms after its sample (half its 100 ms interval), so 3 waits.
+    _sample(twin, clock, 20, "attitude", 3)
+    assert ready.items == [] and len(twin.fresh) == 1
+    out: list[tuple[str, bytes, int]] = []
+    assert twin.collect_due(T0_NS + 40 * MS, out) is True and out == []
+    # Due at 60 ms: 4 arrives then and goes straight to the queue; 3 is superseded, never published.
+    _sample(twin, clock, 60, "attitude", 4)
+    assert _channels(ready.items) == [("attitude", 4)] and not twin.fresh
+    assert twin.collect_due(T0_NS + 60 * MS, out) is False and out == []
+    assert _superseded(twin) == 2
+
+
+async def test_a_waiting_sample_goes_out_through_collect_due_with_its_own_receive_time(tmp_path: Path, spool: Spool) -> None:
+    ready, clock = ReadyStates(), _Clock()
+    twin = _twin(tmp_path, spool, ready, clock)
+    _sample(twin, clock, 0, "attitude", 1)
+    ready.take()
+    _sample(twin, clock, 30, "attitude", 2)  # not due before 50 ms
+    out: list[tuple[str, bytes, int]] = []
+    assert twin.collect_due(T0_NS + 49 * MS, out) is True and out == []
+    assert twin.collect_due(T0_NS + 50 * MS, out) is False
+    assert _channels(out) == [("attitude", 2)] and out[0][2] == T0_NS + 30 * MS
+    assert _superseded(twin) == 0 and not twin.fresh and ready.items == []
+    # The schedule goes on from the slot, not from the late publish: the next one is due at 150 ms.
+    _sample(twin, clock, 149, "attitude", 3)
+    _sample(twin, clock, 150, "attitude", 4)
+    assert _channels(ready.items) == [("attitude", 4)] and _superseded(twin) == 1
