@@ -53,6 +53,7 @@ log = structlog.get_logger("mavjet.vehicle")
 _TS32 = struct.Struct(">BbL").pack
 _TS64 = struct.Struct(">BbQ").pack
 _TS96 = struct.Struct(">BBbIq").pack
+_U64 = struct.Struct(">Q").pack
 
 
 _NEWEST_ONLY_ARMED = frozenset({mavlink2.MAVLINK_MSG_ID_ATTITUDE})
@@ -69,16 +70,21 @@ class EnvelopePacker:
     one reused C packer. Tests compare it with `envelope.pack`.
     """
 
-    __slots__ = ("_data_key", "_head", "_pack")
+    __slots__ = ("_data_key", "_head", "_head64", "_pack")
 
     def __init__(self, vid: str) -> None:
         p = msgpack.Packer(use_bin_type=True)
         self._head = b"\x84" + p.pack("v") + p.pack(envelope.VERSION) + p.pack("vid") + p.pack(vid) + p.pack("time")
+        self._head64 = self._head + b"\xd7\xff"  # the 64-bit Timestamp's ext header
         self._data_key = p.pack("data")
         self._pack = p.pack
 
     def pack(self, time_ns: int, data: dict[str, Any]) -> bytes:
         sec, nsec = divmod(time_ns, 1_000_000_000)
+        if nsec and not sec >> 34:
+            # Nearly every time (nanoseconds set, before 2514) takes the 64-bit form: one line,
+            # ~0.2 µs less a sample than the general case below.
+            return self._head64 + _U64(nsec << 34 | sec) + self._data_key + self._pack(data)
         if sec >> 34 == 0:
             d64 = nsec << 34 | sec
             ts = _TS32(0xD6, -1, d64) if d64 >> 32 == 0 else _TS64(0xD7, -1, d64)
