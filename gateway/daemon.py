@@ -41,9 +41,10 @@ from gateway.layout import check_layout
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.recorder import TrackRecorder
+from gateway.samples import ReadyStates
 from gateway.services import Foreground, GatewayService, ServiceContext
 from gateway.spool import Spool
-from gateway.vehicle import ReadyStates, VehicleTwin
+from gateway.vehicle import VehicleTwin
 
 log = structlog.get_logger("mavjet.gateway")
 # The longest the fleet-wide state tick holds the event loop before it yields (see `_ticker`):

@@ -46,8 +46,8 @@ from nats.aio.client import Client
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.contract.errors import ConfigError
+from gateway.samples import StateSample
 
-StateSample = tuple[str, bytes, int]  # (subject, payload, receive time ns), as the publisher's batch
 _BULK_POLL_S = 0.05
 _LAG_SAMPLE_S = 0.05  # while a probe is out, the loop's lag is sampled this often
 # How often a probe waits for the event loop: the flusher's write of the PING, the read of the PONG, the

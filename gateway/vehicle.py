@@ -21,13 +21,11 @@ every event, as the telemetry model's state is never affected by the budget.
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
-import msgpack
 import structlog
 from anyio.abc import TaskStatus
 
@@ -45,98 +43,14 @@ from gateway.contract import envelope
 from gateway.contract.subjects import event_subject, state_subject
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
+from gateway.samples import EnvelopePacker, ReadyStates, StateChannel
 from gateway.services import EventBus, EventHandler
 from gateway.telemetry import Event, TelemetryModel
 
 log = structlog.get_logger("mavjet.vehicle")
 
-_TS32 = struct.Struct(">BbL").pack
-_TS64 = struct.Struct(">BbQ").pack
-_TS96 = struct.Struct(">BBbIq").pack
-_U64 = struct.Struct(">Q").pack
-
-
 _NEWEST_ONLY_ARMED = frozenset({mavlink2.MAVLINK_MSG_ID_ATTITUDE})
 _NEWEST_ONLY_IDLE = frozenset({mavlink2.MAVLINK_MSG_ID_ATTITUDE, mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT})
-
-
-class EnvelopePacker:
-    """`envelope.pack` for one vehicle, byte for byte, at a fraction of the cost per state sample.
-
-    The envelope's head (`v`, `vid`, the `time` key) is the same for every
-    sample of a vehicle, so it is packed once; the msgpack Timestamp is
-    written here (the rules of `msgpack.Timestamp.to_bytes`: 32, 64 or 96
-    bits) instead of building a Timestamp object; the data map goes through
-    one reused C packer. Tests compare it with `envelope.pack`.
-    """
-
-    __slots__ = ("_data_key", "_head", "_head64", "_pack")
-
-    def __init__(self, vid: str) -> None:
-        p = msgpack.Packer(use_bin_type=True)
-        self._head = b"\x84" + p.pack("v") + p.pack(envelope.VERSION) + p.pack("vid") + p.pack(vid) + p.pack("time")
-        self._head64 = self._head + b"\xd7\xff"  # the 64-bit Timestamp's ext header
-        self._data_key = p.pack("data")
-        self._pack = p.pack
-
-    def pack(self, time_ns: int, data: dict[str, Any]) -> bytes:
-        sec, nsec = divmod(time_ns, 1_000_000_000)
-        if nsec and not sec >> 34:
-            # Nearly every time (nanoseconds set, before 2514) takes the 64-bit form: one line,
-            # ~0.2 µs less a sample than the general case below.
-            return self._head64 + _U64(nsec << 34 | sec) + self._data_key + self._pack(data)
-        if sec >> 34 == 0:
-            d64 = nsec << 34 | sec
-            ts = _TS32(0xD6, -1, d64) if d64 >> 32 == 0 else _TS64(0xD7, -1, d64)
-        else:
-            ts = _TS96(0xC7, 12, -1, nsec, sec)
-        return b"".join((self._head, ts, self._data_key, self._pack(data)))
-
-
-StateSample = tuple[str, bytes, int]  # (subject, payload, receive time ns), as the publisher takes them
-
-
-class ReadyStates:
-    """The fleet's state samples that were due when they arrived, in arrival order, for the next tick.
-
-    Most samples are due the moment they arrive (a vehicle sending at the
-    configured rate): the twin queues them here, and the publish tick takes
-    the lot (`take`) instead of visiting every vehicle to find them. One
-    entry per channel: a newer sample of a channel already queued replaces
-    it in place (newest wins, the place keeps its order). `gen` tells the
-    twins which entries are still queued: `take` starts a new generation.
-    """
-
-    __slots__ = ("gen", "items")
-
-    def __init__(self) -> None:
-        self.gen = 1
-        self.items: list[StateSample] = []
-
-    def take(self) -> list[StateSample]:
-        items, self.items = self.items, []
-        self.gen += 1
-        return items
-
-
-class _Channel:
-    """One published state channel of one vehicle: its schedule and its newest sample, packed.
-
-    Everything the publish tick needs of a channel sits in one small object,
-    not in five per-vehicle dicts: the tick visits a thousand vehicles between
-    two visits of the same one, so each lookup was a cache miss.
-    """
-
-    __slots__ = ("interval_ns", "next_ns", "payload", "ready_gen", "ready_idx", "recv_ns", "subject")
-
-    def __init__(self, subject: str, interval_ns: int) -> None:
-        self.subject = subject
-        self.interval_ns = interval_ns
-        self.next_ns = 0  # earliest next publish
-        self.payload = b""
-        self.recv_ns = 0
-        self.ready_gen = 0  # == ReadyStates.gen: queued there, at ready_idx
-        self.ready_idx = 0
 
 
 class VehicleTwin:
@@ -174,10 +88,10 @@ class VehicleTwin:
         # The full interval: publish times follow a fixed schedule (see
         # collect_due), so tick jitter does not lower the rate and the
         # configured rate is a true upper bound.
-        self._channels = {ch: _Channel(state_subject(cfg.env, vcfg.vid, ch), int(1e9 / hz))
+        self._channels = {ch: StateChannel(state_subject(cfg.env, vcfg.vid, ch), int(1e9 / hz))
                           for ch, hz in cfg.rates_hz.items() if ch != "link"}
         self._link_subject = state_subject(cfg.env, vcfg.vid, "link") if "link" in cfg.rates_hz else None
-        self.fresh: set[_Channel] = set()  # channels with a sample not yet due (rate-limited)
+        self.fresh: set[StateChannel] = set()  # channels with a sample not yet due (rate-limited)
         # Samples due on arrival go to the fleet's queue for the next tick (ReadyStates).
         self.ready = ready if ready is not None else ReadyStates()
         # Samples taken for publishing: queued in `ready` on arrival or out of `fresh` by

@@ -18,10 +18,10 @@ from gateway.contract.subjects import STATE_STREAM, state_subject
 from gateway.metrics import GatewayMetrics
 from gateway.ops.natsserver import NatsServer
 from gateway.publisher import Publisher
+from gateway.samples import EnvelopePacker
 from gateway.spool import Spool
 from gateway.statepub import RawPublish, StateAcks
 from gateway.uplink import UplinkConfig
-from gateway.vehicle import EnvelopePacker
 
 
 def _publisher(tmp_path: Path, url: str, *, ack_every: int) -> Publisher:

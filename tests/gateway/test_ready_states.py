@@ -13,8 +13,9 @@ from gateway.config import DEFAULT_RATES_HZ, GatewayConfig, VehicleConfig
 from gateway.contract import envelope
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
+from gateway.samples import ReadyStates
 from gateway.spool import Spool
-from gateway.vehicle import ReadyStates, VehicleTwin
+from gateway.vehicle import VehicleTwin
 
 T0_NS = 1_763_939_000_000_000_000
 MS = 1_000_000
