@@ -25,11 +25,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import anyio
 import nats.errors
 import nats.js.errors
+from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from gateway.contract import natsconn
@@ -135,12 +138,12 @@ async def run(args: argparse.Namespace) -> int:
             kv = await js.key_value(SHADOW_BUCKET)
         except nats.js.errors.BucketNotFoundError:
             raise UsageError(f"{SHADOW_BUCKET} does not exist: run `mavjet provision`") from None
-        return await _dispatch(args, kv)
+        return await _dispatch(args, kv, js)
     finally:
         await nc.close()
 
 
-async def _dispatch(args: argparse.Namespace, kv: KeyValue) -> int:
+async def _dispatch(args: argparse.Namespace, kv: KeyValue, js: JetStreamContext) -> int:
     key = {d: shadow_key(args.env, args.vid, d) for d in DOCS}
     if args.action == "get":
         which = [d for d in DOCS if getattr(args, d, False)] or ["desired", "reported"]
@@ -189,9 +192,8 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue) -> int:
         return 0
     if args.action == "history":
         k = key["reported" if args.reported else "desired"]
-        try:
-            entries = await kv.history(k)
-        except nats.js.errors.NoKeysError:
+        entries = await _history(js, k)
+        if not entries:
             print(f"no history for {k}", file=sys.stderr)
             return 1
         if args.json:
@@ -227,6 +229,38 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue) -> int:
         print("\n".join(lines))
         return 1
     raise UsageError(f"unknown action {args.action}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Revision:
+    revision: int
+    created: datetime | None
+    operation: str | None  # KV-Operation: None for a put, DEL or PURGE
+    value: bytes | None
+
+
+async def _history(js: JetStreamContext, key: str) -> list[_Revision]:
+    """A key's kept revisions, oldest first, read one stored message after another.
+
+    Not `KeyValue.history`: on a loaded machine its watcher can say "no more"
+    before its callback has seen what the server already pushed (consumer
+    info then counts 0 pending and 0 delivered), and a key with history comes
+    back empty. Gets by subject from a sequence on do not race.
+    """
+    stream, subject = f"KV_{SHADOW_BUCKET}", f"$KV.{SHADOW_BUCKET}.{key}"
+    entries: list[_Revision] = []
+    seq = 1
+    for _ in range(10_000):  # the bucket keeps a few revisions a key; this only bounds the loop
+        try:
+            msg = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            break
+        if msg.seq is None:
+            break
+        entries.append(_Revision(revision=msg.seq, created=msg.time, value=msg.data,
+                                 operation=(msg.headers or {}).get("KV-Operation")))
+        seq = msg.seq + 1
+    return entries
 
 
 def _body(e: Any) -> str:

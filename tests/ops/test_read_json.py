@@ -77,3 +77,22 @@ async def test_migrate_status_json_names_what_is_not_a_mirror(provisioned: Clien
     rows = {r["stream"]: r for r in json.loads(out.stdout)}
     assert "TWIN_STATE" in rows and "TWIN_CMD" not in rows
     assert rows["TWIN_STATE"]["error"] == "not a mirror" and rows["TWIN_STATE"]["in_sync"] is False
+
+
+async def test_shadow_history_reads_what_kv_history_reads(provisioned: Client) -> None:
+    """Revisions, operations and values as nats-py's watcher gives them (idle here, so it does not race)."""
+    from gateway.ops.shadow import _history
+
+    js = provisioned.jetstream()
+    kv = await js.key_value(SHADOW_BUCKET)
+    key = shadow_key("test", "VID-008", "desired")
+    assert await _history(js, key) == []
+    for mode in ("GUIDED", "LOITER"):
+        await kv.put(key, json.dumps({"mode": mode}).encode())
+    await kv.delete(key)
+    await kv.put(shadow_key("test", "VID-009", "desired"), b"{}")  # another key between: skipped
+    await kv.put(key, b'{"mode": "RTL"}')
+    ours, theirs = await _history(js, key), await kv.history(key)
+    assert [(r.revision, r.operation, r.value) for r in ours] == \
+        [(e.revision, e.operation, e.value or None) for e in theirs]
+    assert [r.operation for r in ours] == [None, None, "DEL", None] and ours[-1].value == b'{"mode": "RTL"}'
