@@ -7,6 +7,11 @@ working tree alternately, `--rounds` times each, then prints both means and
 their ratio for every numeric figure the two JSON reports share, and writes
 them to `bench-compare-NAME.json`. `mavjet bench ingest --compare REF ...`
 is the same thing for the ingest benchmark.
+
+`--new-arg` adds an option to the working tree's side only, for a comparison
+of deployments rather than of code on equal terms: `--new-arg=--uvloop` runs
+today's gateway as the edge hub ran it (asyncio) against the new one as the
+edge hub runs it now (uvloop).
 """
 
 from __future__ import annotations
@@ -77,16 +82,17 @@ def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
 
 
 def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
-            cpu_hog: int = 0) -> int:
+            cpu_hog: int = 0, new_args: list[str] | None = None) -> int:
+    new_args = new_args or []
     with ref_worktree(ref) as (root, tree, sha):
         ref_runs, new_runs = _rounds(ref, sha, name, bench_args, rounds=rounds, root=root, tree=tree,
-                                     cpu_hog=cpu_hog)
+                                     cpu_hog=cpu_hog, new_args=new_args)
     return _table(ref, sha, name, bench_args, rounds=rounds, cpu_hog=cpu_hog, ref_runs=ref_runs, new_runs=new_runs,
-                  out=out)
+                  out=out, new_args=new_args)
 
 
 def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, root: Path, tree: Path,
-            cpu_hog: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            cpu_hog: int, new_args: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     tmp = tree.parent
     ref_runs: list[dict[str, Any]] = []
     new_runs: list[dict[str, Any]] = []
@@ -103,22 +109,26 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                     ref_runs.append(run_json(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
                 else:
                     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-                    cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, "--json", str(report)]
+                    cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, *new_args,
+                           "--json", str(report)]
                     new_runs.append(run_json("working tree", cmd, cwd=root, env=env, out=report))
     return ref_runs, new_runs
 
 
 def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, cpu_hog: int,
-           ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]], out: Path | None) -> int:
+           ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]], out: Path | None,
+           new_args: list[str]) -> int:
     table = summarise(ref_runs, new_runs)
     width = max((len(k) for k in table), default=10) + 2
+    if new_args:
+        print(f"\nthe working tree's side only: {' '.join(new_args)}")
     print(f"\n{'figure':<{width}} {ref + ' (' + sha + ')':>18} {'working tree':>14} {'new/ref':>8}")
     for key, row in table.items():
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
         print(f"{key:<{width}} {row['ref']:>18} {row['new']:>14} {ratio:>8}")
     path = out or Path(f"bench-compare-{name}.json")
     path.write_text(json.dumps({"ref": ref, "sha": sha, "benchmark": name, "args": bench_args, "rounds": rounds,
-                                "cpu_hog": cpu_hog,
+                                "cpu_hog": cpu_hog, "new_args": new_args,
                                 "ref_runs": ref_runs, "new_runs": new_runs, "summary": table}, indent=2))
     print(f"wrote {path}")
     return 0
@@ -127,7 +137,7 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="mavjet bench compare",
-        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] REF -- NAME [options]",
+        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] REF -- NAME [options]",
         description="Run a benchmark from a git ref and from the working tree alternately; print both and the ratio.",
         epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
     )
@@ -136,6 +146,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the comparison here (default bench-compare-NAME.json)")
     p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
                    help="K busy processes load the machine for the whole comparison (both sides alike)")
+    p.add_argument("--new-arg", action="append", default=[], metavar="ARG",
+                   help="an option for the working tree's side only, repeatable; e.g. --new-arg=--uvloop: "
+                        "the edge hub as deployed now against today's on asyncio")
     # Everything after `--` is the benchmark's: split before argparse sees it.
     cut = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:cut])
@@ -146,4 +159,5 @@ def main(argv: list[str]) -> int:
         p.error("--rounds must be at least 1")
     if "--json" in rest:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
-    return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog)
+    return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
+                   new_args=args.new_arg)

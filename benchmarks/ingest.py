@@ -209,7 +209,7 @@ async def run_ingest(
         lat = list(latencies_ns)
         expected = n * sum(cfg.rates_hz.values()) * wall
         result.update({
-            "vehicles": n, "duration_s": round(wall, 2),
+            "vehicles": n, "duration_s": round(wall, 2), "event_loop": "uvloop" if args.uvloop else "asyncio",
             "mavlink_msgs_per_s": round(msgs / wall, 1),
             "state_msgs_per_s": round(pubs / wall, 1),
             "state_expected_per_s": round(expected / wall, 1),
@@ -283,6 +283,8 @@ def ingest_main(argv: list[str]) -> int:
     p.add_argument("--compare", metavar="REF", help="run this benchmark from git REF and from the working tree "
                    "alternately and print both with their ratio (mavjet bench compare)")
     p.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each side (default %(default)s)")
+    p.add_argument("--new-uvloop", action="store_true", help="with --compare: the working tree's side on uvloop, "
+                   "the ref's on asyncio (each edge hub as deployed; deploy/edge-hub/gateway.toml)")
     p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
                    help="K busy processes load the machine while it runs (overload on a loaded machine)")
     args = p.parse_args(argv)
@@ -297,7 +299,8 @@ def ingest_main(argv: list[str]) -> int:
         rest = ["--vehicles", str(args.vehicles), "--duration", str(args.duration), "--warmup", str(args.warmup),
                 "--baseline-seconds", str(args.baseline_seconds), *(["--uvloop"] if args.uvloop else []),
                 *(["--shaping"] if args.shaping else [])]  # a ref without a shaper refuses --shaping
-        return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog)
+        return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
+                       new_args=["--uvloop"] if args.new_uvloop and not args.uvloop else [])
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     # One vehicle more than the gateway serves: the ceiling's sample is recorded from it.

@@ -34,7 +34,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
-         "--cpu-hog", "1", "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
+         "--cpu-hog", "1", "--new-arg=--uvloop", "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=150, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -42,6 +42,9 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert len(data["ref_runs"]) == 1 and len(data["new_runs"]) == 1
     assert data["summary"]["vehicles"] == {"ref": 2.0, "new": 2.0, "ratio": 1.0}
     assert "new/ref" in proc.stdout
+    # --new-arg reaches the working tree's side only (the edge hub as deployed now against today's).
+    assert data["new_args"] == ["--uvloop"] and "side only: --uvloop" in proc.stdout
+    assert (data["ref_runs"][0]["event_loop"], data["new_runs"][0]["event_loop"]) == ("asyncio", "uvloop")
     # Overload's promises are reported (issue 15, goal 5): every event stored, the connection kept.
     new = data["new_runs"][0]
     assert new["events_enqueued"] > 0 and new["events_lost"] == 0 and new["nats_reconnects"] == 0
