@@ -41,7 +41,7 @@ from gateway.layout import check_layout
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.recorder import TrackRecorder
-from gateway.samples import ReadyStates
+from gateway.samples import ReadyStates, StateSample
 from gateway.services import Foreground, GatewayService, ServiceContext
 from gateway.spool import Spool
 from gateway.vehicle import VehicleTwin
@@ -87,7 +87,7 @@ class _TickSteps:
         self._end = time.perf_counter() + (TICK_STEP_S if self._foreground.active else self._budget.idle_s)
 
     def over(self, i: int) -> bool:
-        return i & 15 == 15 and time.perf_counter() >= self._end
+        return i & 15 == 15 and self.spent()
 
     def spent(self) -> bool:
         return time.perf_counter() >= self._end
@@ -206,7 +206,7 @@ class Gateway:
             if dirty:
                 batch = list(dirty)
                 dirty.clear()
-                due: list[tuple[str, bytes, int]] = []
+                due: list[StateSample] = []
                 steps = _TickSteps(foreground, budget)
                 for i, twin in enumerate(batch):
                     try:
@@ -224,7 +224,7 @@ class Gateway:
                     await publish_states(due)
             if link_every_ns is not None and now_ns >= next_link_ns:
                 next_link_ns = max(next_link_ns + link_every_ns, now_ns)
-                links: list[tuple[str, bytes, int]] = []
+                links: list[StateSample] = []
                 steps = _TickSteps(foreground, budget)
                 for i, twin in enumerate(twins):
                     try:

@@ -39,6 +39,7 @@ from gateway.config import GatewayConfig
 from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
 from gateway.metrics import GatewayMetrics
+from gateway.samples import StateSample
 from gateway.spool import DROP_ORDER, Drops, Spool
 from gateway.spooldrain import drain_spool
 from gateway.statepub import RawPublish, StateAcks
@@ -236,7 +237,7 @@ class Publisher:
         self.state_published += 1
         fut.add_done_callback(lambda f: self._state_done(f, recv_ns))
 
-    async def publish_states(self, batch: list[tuple[str, bytes, int]]) -> None:
+    async def publish_states(self, batch: list[StateSample]) -> None:
         """A tick's state samples (subject, payload, receive time), in order, as one buffer write.
 
         Every Nth sample carries a reply subject for its JetStream ack (latency,

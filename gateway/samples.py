@@ -99,3 +99,14 @@ class StateChannel:
         self.recv_ns = 0
         self.ready_gen = 0  # == ReadyStates.gen: queued there, at ready_idx
         self.ready_idx = 0
+
+    def taken(self, recv_ns: int) -> None:
+        """The sample received at `recv_ns` goes out: the next may go one interval after this slot.
+
+        The schedule advances from the slot, not from the publish time (whose tick
+        jitter would accumulate into lag), so the rate stays bounded when the
+        vehicle sends faster, and a sample arriving on time goes out on the next tick;
+        half an interval after the sample keeps a late one from being followed at once.
+        """
+        interval = self.interval_ns
+        self.next_ns = max(self.next_ns + interval, recv_ns + interval // 2)

@@ -43,7 +43,7 @@ from gateway.contract import envelope
 from gateway.contract.subjects import event_subject, state_subject
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
-from gateway.samples import EnvelopePacker, ReadyStates, StateChannel
+from gateway.samples import EnvelopePacker, ReadyStates, StateChannel, StateSample
 from gateway.services import EventBus, EventHandler
 from gateway.telemetry import Event, TelemetryModel
 
@@ -56,7 +56,7 @@ _NEWEST_ONLY_IDLE = frozenset({mavlink2.MAVLINK_MSG_ID_ATTITUDE, mavlink2.MAVLIN
 class VehicleTwin:
     def __init__(self, vcfg: VehicleConfig, cfg: GatewayConfig, publisher: Publisher, metrics: GatewayMetrics,
                  *, hub: UdpHub | None = None, on_fresh: Callable[[VehicleTwin], None] | None = None,
-                 ready: ReadyStates | None = None, clock: GatewayClock | None = None) -> None:
+                 ready: ReadyStates, clock: GatewayClock | None = None) -> None:
         self.vid = vcfg.vid
         self.cfg = cfg
         self.clock = clock or GatewayClock()
@@ -93,7 +93,7 @@ class VehicleTwin:
         self._link_subject = state_subject(cfg.env, vcfg.vid, "link") if "link" in cfg.rates_hz else None
         self.fresh: set[StateChannel] = set()  # channels with a sample not yet due (rate-limited)
         # Samples due on arrival go to the fleet's queue for the next tick (ReadyStates).
-        self.ready = ready if ready is not None else ReadyStates()
+        self.ready = ready
         # Samples taken for publishing: queued in `ready` on arrival or out of `fresh` by
         # `collect_due` (and those of a channel with no rate, never published).
         # With the model's `samples`, this gives `superseded`.
@@ -147,11 +147,9 @@ class VehicleTwin:
                 if chan.ready_gen == gen:  # queued for the next tick: the newer sample takes its place
                     queue[chan.ready_idx] = (chan.subject, payload, recv_ns)
                     continue
-                due = chan.next_ns
-                if recv_ns >= due:  # due now: queued for the next tick (see collect_due for the schedule)
+                if recv_ns >= chan.next_ns:  # due now: queued for the next tick
                     fresh.discard(chan)  # an older sample still waiting is superseded
-                    interval = chan.interval_ns
-                    chan.next_ns = max(due + interval, recv_ns + interval // 2)
+                    chan.taken(recv_ns)
                     chan.ready_gen, chan.ready_idx = gen, len(queue)
                     queue.append((chan.subject, payload, recv_ns))
                     self.samples_taken += 1
@@ -272,11 +270,11 @@ class VehicleTwin:
             "period_s": self._link_period_s,
         }
 
-    def collect_due(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> bool:
+    def collect_due(self, now_ns: int, out: list[StateSample]) -> bool:
         """Append (subject, payload, receive time) for every fresh (rate-limited) channel now due.
 
         Synchronous and cheap when nothing is due, because the fleet ticker
-        calls it for every vehicle with a fresh sample on every tick. Returns
+        calls it on every tick for every vehicle with a sample waiting. Returns
         True while fresh samples remain (they go out on a later tick).
         """
         if now_ns < self._next_due_ns:
@@ -285,20 +283,14 @@ class VehicleTwin:
         next_due = 1 << 62
         taken = 0
         for chan in list(fresh):
-            # `next_ns` advances on a fixed schedule (not from the publish time,
-            # whose tick jitter would accumulate into lag), so the rate stays
-            # bounded when the vehicle sends faster, and a sample arriving on
-            # time goes out on the next tick.
             due = chan.next_ns
             if now_ns < due:
                 next_due = min(next_due, due)
                 continue
             fresh.discard(chan)
             taken += 1
-            recv = chan.recv_ns
-            interval = chan.interval_ns
-            chan.next_ns = max(due + interval, recv + interval // 2)
-            out.append((chan.subject, chan.payload, recv))
+            chan.taken(chan.recv_ns)  # the schedule: StateChannel.taken
+            out.append((chan.subject, chan.payload, chan.recv_ns))
         self.samples_taken += taken
         self._next_due_ns = next_due if fresh else 0
         return bool(fresh)
@@ -309,7 +301,7 @@ class VehicleTwin:
         vehicle sending faster than configured, and the state an overloaded gateway sheds."""
         return self.model.samples - self.samples_taken - len(self.fresh) + self.link.codec.stats.superseded
 
-    def collect_link(self, now_ns: int, out: list[tuple[str, bytes, int]]) -> None:
+    def collect_link(self, now_ns: int, out: list[StateSample]) -> None:
         """The link channel, every link period even when the vehicle is silent: the gateway's liveness record.
 
         Appended to `out`, which the fleet's ticker publishes as one buffer with the others'
