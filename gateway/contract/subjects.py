@@ -67,6 +67,14 @@ def shadow_key(env: str, vid: str, doc: str) -> str:
     return f"fleet.{env}.veh.{vid}.{doc}"
 
 
+SHADOW_STREAM = f"KV_{SHADOW_BUCKET}"  # the stream behind the shadow bucket
+
+
+def shadow_kv_subject(key: str) -> str:
+    """The stream subject of a shadow KV key: what consumers filter on and gets by subject ask for."""
+    return f"$KV.{SHADOW_BUCKET}.{key}"
+
+
 def mav_down_subject(env: str, vid: str) -> str:
     """Core NATS (not stored): raw MAVLink frames from the vehicle, published by its gateway (the tunnel)."""
     return f"fleet.{env}.veh.{vid}.mav.down"

@@ -31,12 +31,14 @@ from gateway.contract.subjects import (
     EVENTS_STREAM,
     LOGS_STREAM,
     SHADOW_BUCKET,
+    SHADOW_STREAM,
     STATE_STREAM,
     TRACKS_STREAM,
     check_token,
     cmd_filter,
     command_consumer,
     logs_prefix,
+    shadow_kv_subject,
     track_subject,
     veh_prefix,
 )
@@ -56,7 +58,7 @@ from gateway.ops.auth_jwt import (
 from gateway.ops.runner import run_cli
 
 API = "$JS.API"
-KV_STREAM = f"KV_{SHADOW_BUCKET}"
+KV_STREAM = SHADOW_STREAM
 OBJ_STREAM = f"OBJ_{BLOBS_BUCKET}"
 ROLES = ("operator", "viewer", "analytics", "admin")
 MANIFEST = "auth.json"
@@ -75,7 +77,7 @@ class Permissions:
 
 
 def _kv(env: str, vid: str, doc: str) -> str:
-    return f"$KV.{SHADOW_BUCKET}.{veh_prefix(env, vid)}.{doc}"
+    return shadow_kv_subject(f"{veh_prefix(env, vid)}.{doc}")
 
 
 def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:

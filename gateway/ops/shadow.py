@@ -37,7 +37,13 @@ from nats.js.kv import KeyValue
 
 from gateway.contract import natsconn
 from gateway.contract.errors import MavjetError
-from gateway.contract.subjects import SHADOW_BUCKET, check_token, shadow_key
+from gateway.contract.subjects import (
+    SHADOW_BUCKET,
+    SHADOW_STREAM,
+    check_token,
+    shadow_key,
+    shadow_kv_subject,
+)
 from gateway.ops.console import is_tty, print_table
 from gateway.ops.runner import duration, run_cli
 from gateway.shadow.document import parse_desired
@@ -247,12 +253,12 @@ async def _history(js: JetStreamContext, key: str) -> list[_Revision]:
     info then counts 0 pending and 0 delivered), and a key with history comes
     back empty. Gets by subject from a sequence on do not race.
     """
-    stream, subject = f"KV_{SHADOW_BUCKET}", f"$KV.{SHADOW_BUCKET}.{key}"
+    subject = shadow_kv_subject(key)
     entries: list[_Revision] = []
     seq = 1
     for _ in range(10_000):  # the bucket keeps a few revisions a key; this only bounds the loop
         try:
-            msg = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+            msg = await js.get_msg(SHADOW_STREAM, seq=seq, subject=subject, next=True)
         except nats.js.errors.NotFoundError:
             break
         if msg.seq is None:

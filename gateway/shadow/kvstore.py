@@ -42,7 +42,7 @@ from nats.js.kv import KeyValue
 
 from drivers.mavlink.backoff import capped_delay_s
 from gateway.contract.errors import MavjetError
-from gateway.contract.subjects import SHADOW_BUCKET
+from gateway.contract.subjects import SHADOW_BUCKET, SHADOW_STREAM, shadow_kv_subject
 from gateway.services import NatsAccess
 
 log = structlog.get_logger("mavjet.shadow")
@@ -138,7 +138,7 @@ class KeyWatch:
         self._sub = await nc.subscribe(inbox)
         config = ConsumerConfig(
             name=f"shadow_{secrets.token_hex(8)}",
-            filter_subject=f"$KV.{SHADOW_BUCKET}.{self.key}",
+            filter_subject=shadow_kv_subject(self.key),
             deliver_subject=inbox,
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
             ack_policy=AckPolicy.NONE,
@@ -148,7 +148,7 @@ class KeyWatch:
         )
         try:
             async with self.store.api:
-                await js.add_consumer(f"KV_{SHADOW_BUCKET}", config=config)
+                await js.add_consumer(SHADOW_STREAM, config=config)
         except BaseException:
             await self.stop()
             raise
