@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -146,6 +147,17 @@ async def test_sampled_acks_count_errors_when_no_stream_stores(tmp_path: Path, n
     assert pub.nc is not None
     await pub.nc.close()
     pub.spool.close()
+
+
+@pytest.mark.parametrize("reply", [b"", b"_INBOX.ab.17"])
+def test_a_frame_is_the_hpub_command_even_with_percent_signs(reply: bytes) -> None:
+    """The per-subject template is %-formatted: a '%' in the subject, a header or the payload stays literal."""
+    raw = RawPublish({"Content-Type": envelope.CONTENT_TYPE, "X-Note": "100% %d %b"})
+    subject, payload = "fleet.t.veh.V%d1.state.position", b"%b%d\r\n\x00" * 3
+    hdr = raw.header
+    line = f"HPUB {subject} {reply.decode() + ' ' if reply else ''}{len(hdr)} {len(hdr) + len(payload)}\r\n"
+    for _ in range(2):  # the template made, then reused
+        assert raw.frame(subject, payload, reply) == line.encode() + hdr + payload + b"\r\n"
 
 
 def test_unanswered_acks_expire_oldest_first() -> None:
