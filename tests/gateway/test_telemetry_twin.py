@@ -68,7 +68,10 @@ async def test_fleet_state_at_configured_rates(provisioned: Client, nats_server:
         assert gw.metrics_port
         url = f"http://127.0.0.1:{gw.metrics_port}/metrics"
         body = await anyio.to_thread.run_sync(lambda: urlopen(url, timeout=5).read().decode())
-        assert 'mavjet_mavlink_messages_total{type="GLOBAL_POSITION_INT",vid="VID-003"}' in body
+        per_vehicle = _sample(body, 'mavjet_mavlink_messages_total{vid="VID-003"}')
+        fleet_positions = _sample(body, 'mavjet_mavlink_messages_by_type_total{type="GLOBAL_POSITION_INT"}')
+        assert fleet_positions > per_vehicle / 3 > 0  # three vehicles, two thirds of their traffic positions
+        assert 'type="GLOBAL_POSITION_INT",vid=' not in body  # no (vehicle, type) series: 15 a vehicle
         assert "mavjet_nats_connected 1.0" in body
         assert 'mavjet_link_up{vid="VID-001"} 1.0' in body
 
@@ -249,3 +252,8 @@ async def test_streams_fall_back_to_request_data_stream(provisioned: Client, nat
             assert twin.link._interval_supported is False
             assert any(e.command == m.MAV_CMD_SET_MESSAGE_INTERVAL and not e.executed for e in v.executions)
             await wait_for(lambda: "position" in twin.model.channels and "attitude" in twin.model.channels, 10)
+
+
+def _sample(body: str, series: str) -> float:
+    (line,) = [ln for ln in body.splitlines() if ln.startswith(series + " ")]
+    return float(line.split()[-1])
