@@ -135,11 +135,9 @@ class _LinkCollector(Collector):
         for session in self._sessions():
             vid = session.name
             h = session.health()
-            total = 0
             for t, n in list(h.by_type.items()):
-                total += n
                 fleet[t] = fleet.get(t, 0) + n
-            msgs.add_metric([vid], total)
+            msgs.add_metric([vid], h.messages_in)  # the same frames by_type counts, summed by the framer
             crc.add_metric([vid], h.crc_errors)
             bad.add_metric([vid], h.bad_data)
             gaps.add_metric([vid], h.seq_gaps)

@@ -110,4 +110,4 @@ class StateChannel:
         """
         interval = self.interval_ns
         slot, late = self.next_ns + interval, recv_ns + (interval >> 1)
-        self.next_ns = slot if slot > late else late  # max() without the builtin's call: once a sample
+        self.next_ns = slot if slot > late else late  # max() without a builtin call, once per published sample

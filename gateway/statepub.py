@@ -39,37 +39,28 @@ class RawPublish:
         hdr = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         self.header = hdr.encode()
         self._hlen = len(self.header)
-        # Per subject, the command with everything but the lengths and the payload filled in:
-        # one %-format of two values a sample instead of five.
-        self._plain: dict[str, bytes] = {}
-        self._replied: dict[str, bytes] = {}
+        # Per subject, the command with everything but the lengths and the payload filled in, without and
+        # with a reply subject: one %-format of two or three values a sample instead of five or six.
+        self._templates: dict[str, tuple[bytes, bytes]] = {}
 
     @staticmethod
     def usable(nc: Client) -> bool:
         return all(hasattr(nc, a) for a in _WRITE_BUFFER)
 
-    def _templates(self, subject: str) -> None:
-        if len(self._plain) > 100_000:
-            self._plain.clear()
-            self._replied.clear()
+    def _template(self, subject: str) -> tuple[bytes, bytes]:
+        if len(self._templates) > 100_000:
+            self._templates.clear()
         subj = subject.encode().replace(b"%", b"%%")
         tail = b" %d %%d\r\n" % self._hlen + self.header.replace(b"%", b"%%") + b"%b\r\n"
-        self._plain[subject] = b"HPUB " + subj + tail
-        self._replied[subject] = b"HPUB " + subj + b" %b" + tail
+        pair = self._templates[subject] = (b"HPUB " + subj + tail, b"HPUB " + subj + b" %b" + tail)
+        return pair
 
     def frame(self, subject: str, payload: bytes, reply: bytes = b"") -> bytes:
         """One HPUB command: subject, [reply,] header length, total length, header, payload."""
+        plain, replied = self._templates.get(subject) or self._template(subject)
         if reply:
-            tmpl = self._replied.get(subject)
-            if tmpl is None:
-                self._templates(subject)
-                tmpl = self._replied[subject]
-            return tmpl % (reply, self._hlen + len(payload), payload)
-        tmpl = self._plain.get(subject)
-        if tmpl is None:
-            self._templates(subject)
-            tmpl = self._plain[subject]
-        return tmpl % (self._hlen + len(payload), payload)
+            return replied % (reply, self._hlen + len(payload), payload)
+        return plain % (self._hlen + len(payload), payload)
 
     @staticmethod
     async def write(nc: Client, cmds: list[bytes]) -> None:

@@ -10,6 +10,7 @@ from urllib.request import urlopen
 import anyio
 import anyio.to_thread
 from nats.aio.client import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from drivers.mavlink.dialect import mavlink2 as m
 from gateway.contract.natsconn import open_client
@@ -68,8 +69,8 @@ async def test_fleet_state_at_configured_rates(provisioned: Client, nats_server:
         assert gw.metrics_port
         url = f"http://127.0.0.1:{gw.metrics_port}/metrics"
         body = await anyio.to_thread.run_sync(lambda: urlopen(url, timeout=5).read().decode())
-        per_vehicle = _sample(body, 'mavjet_mavlink_messages_total{vid="VID-003"}')
-        fleet_positions = _sample(body, 'mavjet_mavlink_messages_by_type_total{type="GLOBAL_POSITION_INT"}')
+        per_vehicle = _sample(body, "mavjet_mavlink_messages_total", vid="VID-003")
+        fleet_positions = _sample(body, "mavjet_mavlink_messages_by_type_total", type="GLOBAL_POSITION_INT")
         assert fleet_positions > per_vehicle / 3 > 0  # three vehicles, two thirds of their traffic positions
         assert 'type="GLOBAL_POSITION_INT",vid=' not in body  # no (vehicle, type) series: 15 a vehicle
         assert "mavjet_nats_connected 1.0" in body
@@ -254,6 +255,7 @@ async def test_streams_fall_back_to_request_data_stream(provisioned: Client, nat
             await wait_for(lambda: "position" in twin.model.channels and "attitude" in twin.model.channels, 10)
 
 
-def _sample(body: str, series: str) -> float:
-    (line,) = [ln for ln in body.splitlines() if ln.startswith(series + " ")]
-    return float(line.split()[-1])
+def _sample(body: str, name: str, **labels: str) -> float:
+    (value,) = [s.value for fam in text_string_to_metric_families(body) for s in fam.samples
+                if s.name == name and s.labels == labels]
+    return float(value)
