@@ -11,31 +11,29 @@ In order of worth:
 2. state, decimated per channel as the link tightens: the configured rates
    (10 Hz) while it is healthy, `decimate_hz` (1 Hz) when the queue builds,
    newest-only within a byte budget when even that does not fit. The newest
-   sample of each channel is held and replaces the older one (latest wins);
+   sample of each channel is held and replaces the older one (latest wins).
+   Calm steps the rate back up (1, 2, 4, 8 Hz, then the configured rates),
+   since while state is held back the link's spare capacity cannot be
+   measured, only tried; a step that builds a queue again is undone, and the
+   next try waits twice as long;
 3. bulk transfers (log and blob chunks) last: a chunk goes when no event is
    waiting and the queue is short, and is cut to `bulk_chunk_s` of the
    measured rate, so an event never waits long behind one.
 
-The estimator is fed by round trips through the same byte stream (a NATS
-PING behind everything written: its PONG measures the queue ahead of it),
-the client's pending bytes, and the bytes the shaper lets out (delivery-rate
-samples: what was written before a PING arrived by its PONG). The queue
-delay is the round trip above the smallest one seen lately. With the link
-healthy (level NORMAL) the shaper passes every sample through untouched and
-counts nothing: it is off.
+The estimator (`gateway.uplinkest`) is fed by round trips through the same
+byte stream (a NATS PING behind everything written: its PONG measures the
+queue ahead of it) and the bytes the shaper lets out. With the link healthy
+(level NORMAL) the shaper passes every sample through untouched and counts
+nothing: it is off.
 
 `UplinkShaper` is sans-IO (the caller passes the time in); `UplinkMonitor`
 is the small async loop that probes a live connection.
-
-Length: about 400 lines: the estimator, the policy and the probe loop share one
-model of the byte stream; the policy stays sans-IO and is unit-tested alone.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -47,15 +45,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.contract.errors import ConfigError
 from gateway.samples import StateSample
+from gateway.uplinkest import UplinkEstimator
 
 _BULK_POLL_S = 0.05
 _LAG_SAMPLE_S = 0.05  # while a probe is out, the loop's lag is sampled this often
-# How often a probe waits for the event loop: the flusher's write of the PING, the read of the PONG, the
-# prober's wake-up. With one lag taken off, a saturated gateway (2,000 vehicles on 2 cores, 99 % CPU) still
-# read its own lag as a queue in the link, went newest-only, and its budget, set from the rate it managed to
-# send, shrank with every round: 1.6 of 48,000 state samples a second stored. With three, 75 %.
-LAG_HOPS = 3
 FRAME_OVERHEAD_BYTES = 80  # HPUB line and header around a payload: what a sample costs on the wire
+LADDER_STEPS = 3  # decimate_hz doubled this many times (1 -> 2 -> 4 -> 8 Hz), then the configured rates
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,21 +62,24 @@ class UplinkConfig:
     # queueing above the base round trip that starts decimation: above a cellular link's usual jitter
     target_delay_s: float = 0.2
     newest_only_delay_s: float = 0.6  # queueing that makes state newest-only within its budget
-    recover_s: float = 5.0  # calm this long before stepping one level down
+    recover_s: float = 5.0  # calm this long before stepping one level (or rate) down
+    recover_max_s: float = 120.0  # a step that queued again doubles the wait for the next, up to this
     decimate_hz: float = 1.0  # per-channel state rate while decimating
     state_share: float = 0.5  # of the measured rate, what newest-only state may use
-    bulk_chunk_s: float = 0.5  # a bulk chunk is cut to this many seconds of the measured rate
+    bulk_chunk_s: float = 0.25  # a bulk chunk is cut to this many seconds of the measured rate
     bulk_min_chunk_bytes: int = 1024
     bulk_max_wait_s: float = 30.0  # a held chunk goes after this long anyway: bulk is last, never starved
 
     def __post_init__(self) -> None:
-        for name in ("probe_interval_s", "target_delay_s", "newest_only_delay_s", "recover_s", "decimate_hz",
-                     "state_share", "bulk_chunk_s", "bulk_max_wait_s"):
+        for name in ("probe_interval_s", "target_delay_s", "newest_only_delay_s", "recover_s", "recover_max_s",
+                     "decimate_hz", "state_share", "bulk_chunk_s", "bulk_max_wait_s"):
             # nan passes a plain `<= 0` test and would turn the probe loop into a busy loop
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ConfigError(f"uplink.{name}", f"must be a finite number > 0, got {getattr(self, name)!r}")
         if self.newest_only_delay_s < self.target_delay_s:
             raise ConfigError("uplink.newest_only_delay_s", "must be >= uplink.target_delay_s")
+        if self.recover_max_s < self.recover_s:
+            raise ConfigError("uplink.recover_max_s", "must be >= uplink.recover_s")
         if not 0 < self.state_share <= 1:
             raise ConfigError("uplink.state_share", "must be in (0, 1]")
         if self.bulk_min_chunk_bytes < 256:
@@ -105,108 +103,6 @@ class BulkPacer(Protocol):
     async def before_bulk(self, nbytes: int) -> None: ...
 
 
-class WindowedMin:
-    """The minimum over the last `window_s`, in buckets (the base round trip: a queue inflates it)."""
-
-    def __init__(self, window_s: float, buckets: int = 10) -> None:
-        self._span_ns = int(window_s * 1e9 / buckets)
-        self._buckets: deque[tuple[int, float]] = deque(maxlen=buckets)  # (bucket start, min)
-
-    def add(self, value: float, now_ns: int) -> None:
-        if self._buckets and now_ns - self._buckets[-1][0] < self._span_ns:
-            start, m = self._buckets[-1]
-            self._buckets[-1] = (start, min(m, value))
-        else:
-            self._buckets.append((now_ns, value))
-
-    def value(self) -> float | None:
-        return min(m for _, m in self._buckets) if self._buckets else None
-
-
-class UplinkEstimator:
-    """Round trip, queue delay and delivery rate of the uplink."""
-
-    def __init__(self, *, base_window_s: float = 300.0, rate_window_s: float = 10.0, lag_window_s: float = 3.0) -> None:
-        self.base_rtt = WindowedMin(base_window_s)
-        self._lags = WindowedMin(lag_window_s)  # of negated lags: the worst lag of the window
-        self.rtt_s: float | None = None
-        self.sent_bytes = 0  # counted while shaping (the shaper's state, bulk chunks)
-        self._rate_window_ns = int(rate_window_s * 1e9)
-        self._rates: deque[tuple[int, float]] = deque()  # (time, delivery-rate sample B/s)
-        self._last_ack: tuple[int, int] | None = None  # (ack time, bytes sent before that probe)
-        self._probe: tuple[int, int, bool] | None = None  # (send time, bytes sent before it, counting)
-
-    def probe_sent(self, now_ns: int, *, counting: bool) -> None:
-        """A PING went out, behind the client's write buffer (the gateway's client queues its PING
-        after what is buffered, gateway/contract/natsconn.py), so every byte counted so far is
-        before it and its round trip includes that buffer."""
-        before = self.sent_bytes
-        if self._last_ack is not None:
-            before = max(before, self._last_ack[1])
-        self._probe = (now_ns, before, counting)
-
-    def note_loop_lag(self, lag_s: float, now_ns: int) -> None:
-        """How late the event loop ran a timer just now (see `loop_lag_s`)."""
-        self._lags.add(-lag_s, now_ns)  # a windowed max, kept as the min of negatives
-
-    @property
-    def loop_lag_s(self) -> float:
-        """The worst event-loop lag of the last seconds.
-
-        A PONG waits for the loop like any callback, and an outstanding probe
-        ages while the loop is busy: on a busy gateway with a fast uplink the
-        round trip grows by the loop's lag, not by a queue in the link.
-        Shaping state then saves nothing (the CPU goes to MAVLink, not to
-        publishing) and loses samples (measured at 1,000 vehicles on
-        loopback: 60 % of state shed, CPU up from 65 to 78 %). So the lag is
-        taken off every round trip before it counts as queueing, once for
-        each time the probe waits for the loop (`LAG_HOPS`).
-        """
-        worst = self._lags.value()
-        return -worst if worst is not None else 0.0
-
-    def _link_s(self, elapsed_ns: int) -> float:
-        """A probe's time out, less what it waited for the event loop (`loop_lag_s`)."""
-        return max(0.0, elapsed_ns / 1e9 - LAG_HOPS * self.loop_lag_s)
-
-    def probe_acked(self, now_ns: int) -> None:
-        if self._probe is None:
-            return
-        t_send, bytes_before, counting = self._probe
-        self._probe = None
-        rtt = self._link_s(now_ns - t_send)
-        self.rtt_s = rtt
-        self.base_rtt.add(rtt, now_ns)
-        last, self._last_ack = self._last_ack, (now_ns, bytes_before) if counting else None
-        # Everything written before the PING had arrived by the PONG: bytes over
-        # the interval between two PONGs is a delivery rate, the link's capacity
-        # when a queue stood all along and a lower bound of it otherwise.
-        if last is not None and counting and now_ns > last[0]:
-            rate = (bytes_before - last[1]) / ((now_ns - last[0]) / 1e9)
-            if rate > 0:
-                self._rates.append((now_ns, rate))
-        while self._rates and now_ns - self._rates[0][0] > self._rate_window_ns:
-            self._rates.popleft()
-
-    def probe_lost(self) -> None:
-        """The connection went away: the probe will never come back, and the rate series restarts."""
-        self._probe = None
-        self._last_ack = None
-
-    def queue_delay_s(self, now_ns: int | None = None) -> float:
-        """The round trip above the base; an outstanding probe older than that counts as its lower bound."""
-        base = self.base_rtt.value() or 0.0
-        rtt = self.rtt_s or 0.0
-        if now_ns is not None and self._probe is not None:
-            rtt = max(rtt, self._link_s(now_ns - self._probe[0]))
-        return max(0.0, rtt - base)
-
-    @property
-    def capacity_bytes_s(self) -> float | None:
-        """The best delivery rate seen lately (None until the link has been busy while measured)."""
-        return max(r for _, r in self._rates) if self._rates else None
-
-
 class UplinkMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -215,6 +111,8 @@ class UplinkMetrics:
                                  "above the base)", registry=r)
         self.capacity = Gauge("mavjet_uplink_capacity_bytes_per_second", "Measured uplink delivery rate "
                               "(0: not measured)", registry=r)
+        self.state_hz = Gauge("mavjet_uplink_state_hz", "Per-channel state rate while shaping (0: not shaping, "
+                              "every configured sample goes)", registry=r)
         self.shed = Counter("mavjet_uplink_shed", "State samples not sent because a newer one replaced them "
                             "while the uplink was constrained", ["level"], registry=r)
         self.bulk_held = Counter("mavjet_uplink_bulk_held_seconds", "Time bulk chunks waited for higher "
@@ -231,13 +129,16 @@ class UplinkShaper:
     def __init__(self, cfg: UplinkConfig, *, higher_pending: Callable[[], bool] = lambda: False,
                  metrics: UplinkMetrics | None = None) -> None:
         self.cfg = cfg
-        self.est = UplinkEstimator()
+        # a probe queued half the target: the link was busy, and the rate measured then is its capacity
+        self.est = UplinkEstimator(busy_delay_s=cfg.target_delay_s / 2)
         self.level = Level.NORMAL
         self.higher_pending = higher_pending
         self.metrics = metrics
         self.shed = 0
         self.link_up = True
-        self._interval_ns = int(1e9 / cfg.decimate_hz)
+        self.hz = cfg.decimate_hz  # per channel, while shaping: decimate_hz, doubled on each calm step
+        self._wait_s = cfg.recover_s  # calm needed before the next step down
+        self._trial: tuple[int, Level, float] | None = None  # a step down on trial: (when, level and hz before)
         self._held: dict[str, StateSample] = {}
         self._next_ns: dict[str, int] = {}  # per subject: earliest next send
         self._last_sent_ns: dict[str, int] = {}
@@ -261,14 +162,24 @@ class UplinkShaper:
         cap = self.est.capacity_bytes_s
         up = Level.NEWEST_ONLY if delay >= cfg.newest_only_delay_s else Level.DECIMATE if delay >= cfg.target_delay_s \
             else Level.NORMAL
+        if self._trial is not None:
+            at, level, hz = self._trial
+            if up is not Level.NORMAL:  # the step queued again: undo it, try again later
+                self._trial = None
+                self._wait_s = min(cfg.recover_max_s, 2 * self._wait_s)
+                self._set(max(self.level, level), hz)
+                self._calm_since_ns = None
+            elif now_ns - at >= cfg.recover_s * 1e9:  # it held
+                self._trial = None
+                self._wait_s = cfg.recover_s
         if up > self.level:
-            self._set(up)
+            self._set(up, cfg.decimate_hz)
             self._calm_since_ns = None
         elif delay < cfg.target_delay_s / 2 and self.level is not Level.NORMAL:
             if self._calm_since_ns is None:
                 self._calm_since_ns = now_ns
-            elif now_ns - self._calm_since_ns >= cfg.recover_s * 1e9 and self._fits_one_level_down(now_ns):
-                self._set(Level(self.level - 1))
+            elif now_ns - self._calm_since_ns >= self._wait_s * 1e9:
+                self._step_down(now_ns)
                 self._calm_since_ns = now_ns
         elif delay >= cfg.target_delay_s / 2:
             self._calm_since_ns = None
@@ -277,18 +188,33 @@ class UplinkShaper:
             self.metrics.capacity.set(cap or 0.0)
         return self.level
 
-    def _fits_one_level_down(self, now_ns: int) -> bool:
-        """A level down must not just fill the queue again (no flapping between levels)."""
-        if self.level is Level.NEWEST_ONLY:  # the budget held nothing back lately: decimation alone fits
-            return now_ns - self._budget_limited_ns >= self.cfg.recover_s * 1e9
+    def _step_down(self, now_ns: int) -> None:
+        """One level or one rate step down: known to fit, or on trial (undone if the queue builds again)."""
+        cfg = self.cfg
+        if self.level is Level.NEWEST_ONLY:
+            # The budget held nothing back lately: decimation alone fits. Else it is tried, as below.
+            if now_ns - self._budget_limited_ns < cfg.recover_s * 1e9:
+                self._trial = (now_ns, self.level, self.hz)
+            self._set(Level.DECIMATE, cfg.decimate_hz)
+            return
         cap = self.est.capacity_bytes_s
         # Decimated, the full rate is unknown; what was offered at it is (the batches still arrive in full).
-        return cap is None or self._offered <= cap * self.cfg.state_share
+        if cap is None or self._offered <= cap * cfg.state_share:
+            self._set(Level.NORMAL, cfg.decimate_hz)
+            return
+        # Held back, the link's spare capacity does not show in the rate measured (only what was let out
+        # does): a step up is the only way to learn it. On trial: a queue within recover_s undoes it.
+        self._trial = (now_ns, self.level, self.hz)
+        if self.hz >= cfg.decimate_hz * 2 ** LADDER_STEPS:
+            self._set(Level.NORMAL, cfg.decimate_hz)
+        else:
+            self._set(self.level, 2 * self.hz)
 
-    def _set(self, level: Level) -> None:
-        self.level = level
+    def _set(self, level: Level, hz: float) -> None:
+        self.level, self.hz = level, hz
         if self.metrics is not None:
             self.metrics.level.set(int(level))
+            self.metrics.state_hz.set(0.0 if level is Level.NORMAL else hz)
 
     # -- state ---------------------------------------------------------------
     def admit_states(self, batch: list[StateSample], now_ns: int) -> list[StateSample]:
@@ -313,6 +239,7 @@ class UplinkShaper:
         if level is Level.NEWEST_ONLY:
             due.sort(key=lambda s: self._last_sent_ns.get(s, 0))  # the longest-waiting channel first
         out: list[StateSample] = []
+        interval_ns = int(1e9 / self.hz)
         for subject in due:
             sample = held[subject]
             if level is Level.NEWEST_ONLY and not self._take_budget(len(sample[1]) + FRAME_OVERHEAD_BYTES, now_ns):
@@ -320,7 +247,7 @@ class UplinkShaper:
                 break
             del held[subject]
             out.append(sample)
-            self._next_ns[subject] = now_ns + self._interval_ns
+            self._next_ns[subject] = now_ns + interval_ns
             self._last_sent_ns[subject] = now_ns
             self.est.sent_bytes += len(sample[1]) + FRAME_OVERHEAD_BYTES
         return out

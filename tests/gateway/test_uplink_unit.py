@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.contract.errors import ConfigError
-from gateway.uplink import (
-    FRAME_OVERHEAD_BYTES,
-    LAG_HOPS,
-    Level,
-    UplinkConfig,
-    UplinkEstimator,
-    UplinkShaper,
-)
+from gateway.uplink import FRAME_OVERHEAD_BYTES, Level, UplinkConfig, UplinkShaper
+from gateway.uplinkest import LAG_HOPS, UplinkEstimator
 
 S = 1_000_000_000  # ns
 
@@ -204,3 +198,80 @@ def test_disabled_never_shapes() -> None:
 def test_bad_knobs_are_config_errors(kw: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         UplinkConfig(**kw)  # type: ignore[arg-type]
+
+
+class _Link:
+    """A bottleneck in the sans-IO tests: bytes queue and drain at `rate_b_s`; a PING's round trip is the base
+    plus the queue ahead of it. Drives one shaper with 10 Hz ticks of a fleet's state and a probe every 0.5 s."""
+
+    def __init__(self, sh: UplinkShaper, *, rate_b_s: float, base_rtt_s: float = 0.05, vehicles: int = 10) -> None:
+        self.sh, self.rate_b_s, self.base_rtt_s, self.vehicles = sh, rate_b_s, base_rtt_s, vehicles
+        self.queue_b = 0.0
+        self.now_ns = 0
+        self.ack_at_ns: int | None = None
+        self.next_probe_ns = 0
+        self.sent = 0
+        self.levels: list[Level] = []
+        self.hz: list[float] = []
+        self.delays_s: list[float] = []  # each PING's round trip above the base: what an event written then waits
+
+    def run(self, seconds: float, *, spike_at_s: float | None = None) -> None:
+        tick_ns = S // 10
+        for _ in range(int(seconds * 10)):
+            self.now_ns += tick_ns
+            self.queue_b = max(0.0, self.queue_b - self.rate_b_s * tick_ns / S)
+            if self.ack_at_ns is not None and self.ack_at_ns <= self.now_ns:
+                self.sh.est.probe_acked(self.ack_at_ns)
+                self.sh.update(self.ack_at_ns)
+                self.ack_at_ns = None
+            if self.ack_at_ns is None and self.now_ns >= self.next_probe_ns:
+                self.sh.est.probe_sent(self.now_ns, counting=self.sh.shaping)
+                rtt_s = self.base_rtt_s + self.queue_b / self.rate_b_s
+                if spike_at_s is not None and self.now_ns >= spike_at_s * S:
+                    rtt_s += 0.5  # the gateway's own stall (a metrics scrape, a collection), not the link's
+                    spike_at_s = None
+                self.delays_s.append(rtt_s - self.base_rtt_s)
+                self.ack_at_ns = self.now_ns + int(rtt_s * S)
+                self.next_probe_ns = self.now_ns + S // 2
+            out = self.sh.admit_states(_samples(self.vehicles, self.now_ns), self.now_ns)
+            self.sent += len(out)
+            self.queue_b += sum(len(p) + FRAME_OVERHEAD_BYTES for _s, p, _r in out)
+            self.levels.append(self.sh.level)
+            self.hz.append(self.sh.hz)
+
+
+def test_a_false_alarm_on_a_fast_link_ends_in_normal() -> None:
+    """One probe held up by the gateway itself (here 0.5 s) decimated state. While decimated, the link's
+    measured rate is what the shaper lets out, so 'does the full rate fit' never came out yes: a gateway
+    on loopback stored ~25 % of its state from then on. Calm steps the rate up (1, 2, 4, 8 Hz, then the
+    configured rates) and each step raises the measured rate."""
+    cfg = UplinkConfig()
+    sh = UplinkShaper(cfg)
+    link = _Link(sh, rate_b_s=10e6, base_rtt_s=0.001, vehicles=100)  # 80 Mbit/s, 1 ms
+    link.run(10.0, spike_at_s=5.0)
+    assert Level.DECIMATE in link.levels  # the false alarm did decimate
+    link.run(60.0)
+    assert sh.level is Level.NORMAL
+    back = len(link.levels) - link.levels[::-1].index(Level.DECIMATE)  # the tick after the last decimated one
+    assert back <= (5.0 + 6 * cfg.recover_s + 2) * 10  # four calm steps and a trial: about half a minute
+    assert max(link.delays_s) < 0.6  # the link itself never queued
+
+
+@pytest.mark.parametrize("vehicles", [10, 4, 2])
+def test_on_a_thin_link_state_fills_it_and_failed_steps_back_off(vehicles: int) -> None:
+    """64 kbit/s against 2 channels a vehicle of 280 B at 10 Hz (5.6 kB/s a vehicle offered): 2, 4 or 10
+    vehicles never fit at full rate. State uses most of the link, what an event would wait behind stays
+    bounded, and steps that queue again are tried less and less often. Before the estimator kept its
+    capacity from samples taken while state was held back, the newest-only budget (a share of a rate that
+    measured only what it let out) shrank round after round: with 10 vehicles 1.35 kB/s got through."""
+    sh = UplinkShaper(UplinkConfig())
+    link = _Link(sh, rate_b_s=8000.0, base_rtt_s=0.15, vehicles=vehicles)
+    link.run(240.0)
+    assert sh.level is not Level.NORMAL
+    sent_b_s = link.sent * (200 + FRAME_OVERHEAD_BYTES) / 240.0
+    assert sent_b_s > 0.6 * link.rate_b_s, sent_b_s
+    late = link.delays_s[len(link.delays_s) // 2:]  # the second half
+    assert max(late) < 0.6, max(late)
+    steps = [(lv, hz) for lv, hz in zip(link.levels, link.hz, strict=True)]
+    changes_late = sum(1 for a, b in zip(steps[len(steps) // 2:], steps[len(steps) // 2 + 1:], strict=False) if a != b)
+    assert changes_late <= 4, changes_late  # waits of 40, 80, 120 s by then
