@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/mavjet bench consumers --counts 1000
 	$(BIN)/mavjet bench uplink
 	$(BIN)/mavjet bench overload --sizes 50,100 --duration 5
+	$(BIN)/mavjet bench scrape --vehicles 1000 --rounds 20
 
 clean:
 	rm -rf $(VENV) .mavjet build *.egg-info

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "compare": "benchmarks.compare",
     "uplink": "benchmarks.uplink",
     "overload": "benchmarks.overload",
+    "scrape": "benchmarks.scrape",
 }
 
 

@@ -1,10 +1,11 @@
 """Prometheus metrics for the gateway.
 
 Hot-path counters (messages by type, CRC errors, sequence gaps) are not
-incremented per message: the codec already counts them, and a collector reads
-those counts through each vehicle's session (`Session.health()`) at scrape
-time. Each gateway gets its own registry so several can
-run in one process (tests, benchmarks).
+incremented per message: the codec already counts them, and
+gateway/linkmetrics.py reads those counts through each vehicle's session
+(`Session.health()`) at scrape time and formats those families itself (a
+scrape's cost is the event loop's). Each gateway gets its own registry so
+several can run in one process (tests, benchmarks).
 
 Names follow Prometheus conventions: counters end in `_total`, units are
 base units in the name (`_seconds`, `_bytes`), per-vehicle series carry a
@@ -36,18 +37,17 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
     make_wsgi_app,
-    start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from drivers.mavlink.link import LinkState
 from drivers.mavlink.router import RouteStats
 from drivers.mavlink.session import Session
 from gateway import __version__
 from gateway.contract.errors import ConfigError
+from gateway.linkmetrics import GatewayRegistry, LinkMetrics, WSGIApp
 from gateway.uplink import UplinkMetrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -81,8 +81,8 @@ class _QuietHandler(WSGIRequestHandler):
         return None
 
 
-def serve_registry_on(registry: CollectorRegistry, sock: socket.socket) -> int:
-    """Serve `registry` as /metrics on a listening socket made elsewhere; returns its port.
+def serve_app_on(app: WSGIApp, sock: socket.socket) -> int:
+    """Serve a /metrics WSGI app on a listening socket made elsewhere; returns its port.
 
     A `--workers` worker gets its socket from the supervisor (inherited, already
     listening), so no other process can take the port between the supervisor
@@ -96,56 +96,20 @@ def serve_registry_on(registry: CollectorRegistry, sock: socket.socket) -> int:
     server.server_address = (host, port)
     server.server_name, server.server_port = host, port  # what HTTPServer.server_bind would set
     server.setup_environ()
-    server.set_app(make_wsgi_app(registry))
+    server.set_app(app)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     bound: int = port
     return bound
 
 
-def serve_registry(registry: CollectorRegistry, host: str, port: int) -> int:
-    """Serve `registry` as /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
+def serve_app(app: WSGIApp, host: str, port: int) -> int:
+    """Serve a /metrics WSGI app on a daemon thread; returns the bound port. A port in use is a ConfigError."""
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        sock = socket.create_server((host, port), family=family)
     except OSError as exc:
         raise ConfigError("metrics.port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    bound: int = server.server_address[1]
-    return bound
-
-
-class _LinkCollector(Collector):
-    def __init__(self, sessions: Callable[[], Iterable[Session]]) -> None:
-        self._sessions = sessions
-
-    def collect(self) -> Iterator[Any]:
-        # Per vehicle the total, per type the fleet's: a (vid, type) pair made 15 series a vehicle, 15,000 at
-        # 1,000 vehicles, and a scrape took ~200 ms of the GIL from the event loop (docs/operations.md).
-        msgs = CounterMetricFamily("mavjet_mavlink_messages", "MAVLink messages received, per vehicle", labels=["vid"])
-        by_type = CounterMetricFamily("mavjet_mavlink_messages_by_type",
-                                      "MAVLink messages received by the gateway's fleet, per message type",
-                                      labels=["type"])
-        fleet: dict[str, int] = {}
-        crc = CounterMetricFamily("mavjet_mavlink_crc_errors", "MAVLink frames with a bad CRC", labels=["vid"])
-        bad = CounterMetricFamily("mavjet_mavlink_bad_data_runs",
-                                  "Stretches of bytes that were not a valid frame (unknown ids included); runs, not bytes",
-                                  labels=["vid"])
-        gaps = CounterMetricFamily("mavjet_mavlink_lost_frames", "MAVLink frames missing by sequence number",
-                                   labels=["vid"])
-        up = GaugeMetricFamily("mavjet_link_up", "1 while heartbeats arrive from the vehicle", labels=["vid"])
-        age = GaugeMetricFamily("mavjet_heartbeat_age_seconds", "Seconds since the last vehicle heartbeat", labels=["vid"])
-        for session in self._sessions():
-            vid = session.name
-            h = session.health()
-            for t, n in list(h.by_type.items()):
-                fleet[t] = fleet.get(t, 0) + n
-            msgs.add_metric([vid], h.messages_in)  # the same frames by_type counts, summed by the framer
-            crc.add_metric([vid], h.crc_errors)
-            bad.add_metric([vid], h.bad_data)
-            gaps.add_metric([vid], h.seq_gaps)
-            up.add_metric([vid], 1.0 if h.state is LinkState.UP else 0.0)
-            age.add_metric([vid], float("nan") if h.heartbeat_age_s is None else h.heartbeat_age_s)
-        for t, n in sorted(fleet.items()):
-            by_type.add_metric([t], n)
-        yield from (msgs, by_type, crc, bad, gaps, up, age)
+    return serve_app_on(app, sock)
 
 
 class _SigningCollector(Collector):
@@ -210,7 +174,7 @@ class GatewayMetrics:
         # No `<name>_created` series: they double the series count and no rule or panel reads them.
         # The switch is process-wide in prometheus_client; the gateway's process exports nothing else.
         disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
-        self.registry = CollectorRegistry()
+        self.registry = GatewayRegistry()  # the link families formatted by gateway/linkmetrics.py when served
         r = self.registry
         self.build_info = Gauge(
             "mavjet_build_info", "Always 1; the labels say what runs", ["version", "python", "nats_py", "pymavlink"],
@@ -268,7 +232,7 @@ class GatewayMetrics:
             self.nats_auth_errors.labels(reason).inc()
 
     def watch_sessions(self, sessions: Callable[[], Iterable[Session]]) -> None:
-        self.registry.register(_LinkCollector(sessions))
+        self.registry.watch_link(LinkMetrics(sessions))
 
     def watch_superseded(self, superseded: Callable[[], int]) -> None:
         """`superseded()` → the fleet's state samples replaced before their publish turn (`VehicleTwin.superseded`)."""
@@ -284,11 +248,11 @@ class GatewayMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on a daemon thread; returns the bound port. A port in use is a ConfigError."""
-        return serve_registry(self.registry, host, port)
+        return serve_app(self.registry.wsgi_app(), host, port)
 
     def serve_on(self, sock: socket.socket) -> int:
         """Serve /metrics on an inherited listening socket (a `--workers` worker's); returns its port."""
-        return serve_registry_on(self.registry, sock)
+        return serve_app_on(self.registry.wsgi_app(), sock)
 
 
 # -- `--workers`: one /metrics for the supervisor and its workers ----------------------------------------------------
@@ -367,4 +331,4 @@ class WorkersMetrics:
         self.registry.register(_WorkersCollector(status, scrape_timeout_s))
 
     def serve(self, host: str, port: int) -> int:
-        return serve_registry(self.registry, host, port)
+        return serve_app(make_wsgi_app(self.registry), host, port)

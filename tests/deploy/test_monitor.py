@@ -267,6 +267,7 @@ def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> Non
 
 def gateway_metric_names() -> set[str]:
     """Every series name the gateway's /metrics can expose."""
+    from gateway.linkmetrics import FAMILIES
     from gateway.metrics import GatewayMetrics
 
     gm = GatewayMetrics()
@@ -282,6 +283,8 @@ def gateway_metric_names() -> set[str]:
     src = (ROOT / "gateway" / "metrics.py").read_text()
     for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"', src):
         names.add(name + "_total" if kind == "Counter" else name)
+    for name, kind, _help in FAMILIES:  # the link families (gateway/linkmetrics.py)
+        names.add(name + "_total" if kind == "counter" else name)
     return names
 
 
@@ -321,6 +324,9 @@ def vid_metric_names() -> set[str]:
             r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"[\s\S]{0,300}?labels=\[([^\]]*)\]', src):
         if '"vid"' in labels:
             out.add(name + "_total" if kind == "Counter" else name)
+    from gateway.linkmetrics import BY_TYPE, FAMILIES
+
+    out |= {name + "_total" if kind == "counter" else name for name, kind, _ in FAMILIES if name != BY_TYPE}
     return out
 
 
