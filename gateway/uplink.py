@@ -36,16 +36,19 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Protocol
 
 import anyio
+import structlog
 from nats.aio.client import Client
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.contract.errors import ConfigError
 from gateway.samples import StateSample
 from gateway.uplinkest import UplinkEstimator
+
+log = structlog.get_logger("mavjet.uplink")
 
 _BULK_POLL_S = 0.05
 _LAG_SAMPLE_S = 0.05  # while a probe is out, the loop's lag is sampled this often
@@ -94,6 +97,15 @@ class Level(IntEnum):
     NEWEST_ONLY = 2  # decimate_hz and a byte budget; held samples replaced by newer ones
 
 
+class Why(StrEnum):
+    """Why the shaper changed level or rate (the `uplink_level` log line)."""
+
+    QUEUE = "queue"  # the uplink's queue passed target_delay_s or newest_only_delay_s
+    FITS = "fits"  # calm, and the step down is known to fit
+    TRIAL = "trial"  # calm, and the step down is tried
+    TRIAL_FAILED = "trial_failed"  # the queue built again within recover_s: the step is undone
+
+
 class BulkPacer(Protocol):
     """What a bulk transfer (gateway.blobs.put_chunks) asks before each chunk."""
 
@@ -136,6 +148,7 @@ class UplinkShaper:
         self.metrics = metrics
         self.shed = 0
         self.link_up = True
+        self.queue_delay_s = 0.0  # as of the last update()
         self.hz = cfg.decimate_hz  # per channel, while shaping: decimate_hz, doubled on each calm step
         self._wait_s = cfg.recover_s  # calm needed before the next step down
         self._trial: tuple[int, Level, float] | None = None  # a step down on trial: (when, level and hz before)
@@ -159,6 +172,7 @@ class UplinkShaper:
         if not self.cfg.enabled:
             return self.level
         cfg, delay = self.cfg, self.est.queue_delay_s(now_ns)
+        self.queue_delay_s = delay
         cap = self.est.capacity_bytes_s
         up = Level.NEWEST_ONLY if delay >= cfg.newest_only_delay_s else Level.DECIMATE if delay >= cfg.target_delay_s \
             else Level.NORMAL
@@ -167,13 +181,13 @@ class UplinkShaper:
             if up is not Level.NORMAL:  # the step queued again: undo it, try again later
                 self._trial = None
                 self._wait_s = min(cfg.recover_max_s, 2 * self._wait_s)
-                self._set(max(self.level, level), hz)
+                self._set(max(self.level, level), hz, Why.TRIAL_FAILED)
                 self._calm_since_ns = None
             elif now_ns - at >= cfg.recover_s * 1e9:  # it held
                 self._trial = None
                 self._wait_s = cfg.recover_s
         if up > self.level:
-            self._set(up, cfg.decimate_hz)
+            self._set(up, cfg.decimate_hz, Why.QUEUE)
             self._calm_since_ns = None
         elif delay < cfg.target_delay_s / 2 and self.level is not Level.NORMAL:
             if self._calm_since_ns is None:
@@ -193,28 +207,34 @@ class UplinkShaper:
         cfg = self.cfg
         if self.level is Level.NEWEST_ONLY:
             # The budget held nothing back lately: decimation alone fits. Else it is tried, as below.
-            if now_ns - self._budget_limited_ns < cfg.recover_s * 1e9:
+            fits = now_ns - self._budget_limited_ns >= cfg.recover_s * 1e9
+            if not fits:
                 self._trial = (now_ns, self.level, self.hz)
-            self._set(Level.DECIMATE, cfg.decimate_hz)
+            self._set(Level.DECIMATE, cfg.decimate_hz, Why.FITS if fits else Why.TRIAL)
             return
         cap = self.est.capacity_bytes_s
         # Decimated, the full rate is unknown; what was offered at it is (the batches still arrive in full).
         if cap is None or self._offered <= cap * cfg.state_share:
-            self._set(Level.NORMAL, cfg.decimate_hz)
+            self._set(Level.NORMAL, cfg.decimate_hz, Why.FITS)
             return
         # Held back, the link's spare capacity does not show in the rate measured (only what was let out
         # does): a step up is the only way to learn it. On trial: a queue within recover_s undoes it.
         self._trial = (now_ns, self.level, self.hz)
         if self.hz >= cfg.decimate_hz * 2 ** LADDER_STEPS:
-            self._set(Level.NORMAL, cfg.decimate_hz)
+            self._set(Level.NORMAL, cfg.decimate_hz, Why.TRIAL)
         else:
-            self._set(self.level, 2 * self.hz)
+            self._set(self.level, 2 * self.hz, Why.TRIAL)
 
-    def _set(self, level: Level, hz: float) -> None:
+    def _set(self, level: Level, hz: float, why: Why) -> None:
+        changed = (level, hz) != (self.level, self.hz)
         self.level, self.hz = level, hz
         if self.metrics is not None:
             self.metrics.level.set(int(level))
             self.metrics.state_hz.set(0.0 if level is Level.NORMAL else hz)
+        if changed:  # rare (each trial that fails doubles the wait for the next): what an operator asks first
+            log.info("uplink_level", level=level.name.lower(), state_hz=None if level is Level.NORMAL else hz,
+                     why=why.value, queue_delay_s=round(self.queue_delay_s, 3),
+                     loop_lag_s=round(self.est.loop_lag_s, 3), capacity_bytes_s=self.est.capacity_bytes_s)
 
     # -- state ---------------------------------------------------------------
     def admit_states(self, batch: list[StateSample], now_ns: int) -> list[StateSample]:

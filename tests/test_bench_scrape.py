@@ -26,3 +26,16 @@ def test_bad_arguments_exit_2() -> None:
     proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "scrape", "--vehicles", "0"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--vehicles" in proc.stderr
+
+
+def test_every_benchmark_is_listed_in_help_and_readme() -> None:
+    from benchmarks.cli import BENCHMARKS
+
+    helptext = subprocess.run([sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+    line = next(ln for ln in helptext.splitlines() if ln.strip().startswith("bench"))
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(ln for ln in readme.splitlines() if ln.startswith("| `mavjet bench "))
+    for name in BENCHMARKS:
+        assert name in line, name
+        assert name in row, name

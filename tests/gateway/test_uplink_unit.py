@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.contract.errors import ConfigError
 from gateway.uplink import FRAME_OVERHEAD_BYTES, Level, UplinkConfig, UplinkShaper
@@ -248,10 +249,16 @@ def test_a_false_alarm_on_a_fast_link_ends_in_normal() -> None:
     cfg = UplinkConfig()
     sh = UplinkShaper(cfg)
     link = _Link(sh, rate_b_s=10e6, base_rtt_s=0.001, vehicles=100)  # 80 Mbit/s, 1 ms
-    link.run(10.0, spike_at_s=5.0)
-    assert Level.DECIMATE in link.levels  # the false alarm did decimate
-    link.run(60.0)
+    with capture_logs() as logs:
+        link.run(10.0, spike_at_s=5.0)
+        assert Level.DECIMATE in link.levels  # the false alarm did decimate
+        link.run(60.0)
     assert sh.level is Level.NORMAL
+    # Each change is one log line that says why: the queue, then four calm steps tried (2, 4, 8 Hz, NORMAL).
+    changes = [(e["level"], e["state_hz"], e["why"]) for e in logs if e["event"] == "uplink_level"]
+    assert changes == [("decimate", 1.0, "queue"), ("decimate", 2.0, "trial"), ("decimate", 4.0, "trial"),
+                       ("decimate", 8.0, "trial"), ("normal", None, "trial")], changes
+    assert logs[0]["queue_delay_s"] >= cfg.target_delay_s
     back = len(link.levels) - link.levels[::-1].index(Level.DECIMATE)  # the tick after the last decimated one
     assert back <= (5.0 + 6 * cfg.recover_s + 2) * 10  # four calm steps and a trial: about half a minute
     assert max(link.delays_s) < 0.6  # the link itself never queued
