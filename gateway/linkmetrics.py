@@ -48,7 +48,14 @@ Row = tuple[str, tuple[float, ...]]  # (vid, the per-vehicle families' values in
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-_number: Callable[[float], str] = floatToGoString  # how prometheus_client writes a value (NaN, +Inf, 1.5e+07)
+_go_float: Callable[[float], str] = floatToGoString  # how prometheus_client writes a value (NaN, +Inf, 1.5e+07)
+
+
+def _number(v: float) -> str:
+    """`floatToGoString`, with the common case (a counter below a million: `n.0`) in one step."""
+    if type(v) is int and 0 <= v < 1_000_000:
+        return f"{v}.0"
+    return _go_float(v)
 
 
 def _label_value(v: str) -> str:
@@ -95,6 +102,7 @@ class LinkMetrics:
         """The families as exposition text, the same bytes prometheus_client would write for `families()`."""
         rows, fleet = self._snapshot()
         out: list[str] = []
+        labels: list[str] | None = None
         column = 0
         for name, kind, doc in FAMILIES:
             sample = f"{name}_total" if kind == "counter" else name
@@ -105,8 +113,10 @@ class LinkMetrics:
                     out.extend(f'{sample}{{type="{_label_value(t)}"}} {_number(n)}\n'
                                for t, n in sorted(fleet.items()))
                 else:
-                    out.extend(f'{sample}{{vid="{_label_value(vid)}"}} {_number(values[column])}\n'
-                               for vid, values in rows)
+                    if labels is None:  # once a scrape, not once a series
+                        labels = [f'{{vid="{_label_value(vid)}"}} ' for vid, _ in rows]
+                    out.extend(f"{sample}{label}{_number(values[column])}\n"
+                               for label, (_, values) in zip(labels, rows, strict=True))
             if name != BY_TYPE:
                 column += 1
         return "".join(out)

@@ -232,7 +232,9 @@ class UplinkShaper:
             self.metrics.level.set(int(level))
             self.metrics.state_hz.set(0.0 if level is Level.NORMAL else hz)
         if changed:  # rare (each trial that fails doubles the wait for the next): what an operator asks first
-            log.info("uplink_level", level=level.name.lower(), state_hz=None if level is Level.NORMAL else hz,
+            # Shedding state is a warning (the fleet's twins go coarser), stepping back up is news.
+            emit = log.warning if why in (Why.QUEUE, Why.TRIAL_FAILED) else log.info
+            emit("uplink_level", level=level.name.lower(), state_hz=None if level is Level.NORMAL else hz,
                      why=why.value, queue_delay_s=round(self.queue_delay_s, 3),
                      loop_lag_s=round(self.est.loop_lag_s, 3), capacity_bytes_s=self.est.capacity_bytes_s)
 

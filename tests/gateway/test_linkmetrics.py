@@ -38,6 +38,8 @@ FLEET = [
     _Vehicle("VID-001", up=True, n=123_456, age_s=0.25, by_type={"HEARTBEAT": 10, "ATTITUDE": 100}),
     _Vehicle("VID-002", up=False, n=15_000_000, age_s=None, by_type={"HEARTBEAT": 3}),  # 1.5e+07; NaN age
     _Vehicle('odd "name"\\with\nall', up=True, n=0, age_s=1e-9, by_type={}),  # every escape a label value has
+    _Vehicle("VID-004", up=True, n=999_999, age_s=2.0, by_type={"HEARTBEAT": 999_999}),  # the last plain count
+    _Vehicle("VID-005", up=True, n=7_000_000, age_s=0.0, by_type={}),  # 7e+06, and 1e+06 frames lost
 ]
 
 
@@ -86,7 +88,7 @@ def test_the_served_page_holds_both_halves_in_either_format() -> None:
     plain = {f.name: f for f in text_string_to_metric_families(text)}
     assert plain["mavjet_publishes"].samples[0].value == 5.0
     ups = {s.labels["vid"]: s.value for s in plain["mavjet_link_up"].samples}
-    assert ups == {"VID-001": 1.0, "VID-002": 0.0, 'odd "name"\\with\nall': 1.0}
+    assert ups == {"VID-001": 1.0, "VID-002": 0.0, 'odd "name"\\with\nall': 1.0, "VID-004": 1.0, "VID-005": 1.0}
     assert text.count("# TYPE mavjet_link_up gauge") == 1  # served once, not by both halves
 
     ctype, text = _get(url, "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")
@@ -94,7 +96,7 @@ def test_the_served_page_holds_both_halves_in_either_format() -> None:
     assert text.endswith("# EOF\n") and text.count("# EOF") == 1
     om = {f.name: f for f in parse_openmetrics(text)}  # the strict parser: one EOF, at the end
     assert {s.labels["type"]: s.value for s in om["mavjet_mavlink_messages_by_type"].samples} == \
-        {"HEARTBEAT": 13.0, "ATTITUDE": 100.0}
+        {"HEARTBEAT": 1_000_012.0, "ATTITUDE": 100.0}
     assert om["mavjet_publishes"].samples[0].value == 5.0
 
     _, text = _get(f"{url}?name[]=mavjet_link_up", "text/plain")

@@ -195,7 +195,8 @@ def test_disabled_never_shapes() -> None:
 
 @pytest.mark.parametrize("kw", [{"target_delay_s": 0}, {"state_share": 1.5}, {"newest_only_delay_s": 0.1},
                                 {"bulk_min_chunk_bytes": 10}, {"probe_interval_s": float("nan")},
-                                {"newest_only_delay_s": float("nan")}, {"decimate_hz": float("inf")}])
+                                {"newest_only_delay_s": float("nan")}, {"decimate_hz": float("inf")},
+                                {"recover_max_s": 1.0}, {"recover_max_s": float("nan")}])
 def test_bad_knobs_are_config_errors(kw: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         UplinkConfig(**kw)  # type: ignore[arg-type]
@@ -259,6 +260,7 @@ def test_a_false_alarm_on_a_fast_link_ends_in_normal() -> None:
     assert changes == [("decimate", 1.0, "queue"), ("decimate", 2.0, "trial"), ("decimate", 4.0, "trial"),
                        ("decimate", 8.0, "trial"), ("normal", None, "trial")], changes
     assert logs[0]["queue_delay_s"] >= cfg.target_delay_s
+    assert [e["log_level"] for e in logs] == ["warning"] + ["info"] * 4  # shedding warns; stepping up informs
     back = len(link.levels) - link.levels[::-1].index(Level.DECIMATE)  # the tick after the last decimated one
     assert back <= (5.0 + 6 * cfg.recover_s + 2) * 10  # four calm steps and a trial: about half a minute
     assert max(link.delays_s) < 0.6  # the link itself never queued
