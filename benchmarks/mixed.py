@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-ref", metavar="REF",
                    help="run the gateway of git REF (a temporary worktree) under the same benchmark: today's code "
                    "against the new on one machine in one session")
+    p.add_argument("--scrape-every", type=float, default=0.0, metavar="S",
+                   help="GET the gateway's /metrics every S seconds during the window, as Prometheus would "
+                   "(OpenMetrics); a scrape's cost is the event loop's (default 0: only before and after)")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")
     return p
 
@@ -105,6 +108,9 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd_rate <= 0 or args.vehicles < 1:
         print("mavjet bench mixed: --cmd-rate must be > 0 and --vehicles >= 1", file=sys.stderr)
+        return 2
+    if args.scrape_every < 0 or (args.scrape_every and args.in_process):
+        print("mavjet bench mixed: --scrape-every must be >= 0, and needs the gateway as a process", file=sys.stderr)
         return 2
     if args.gateway_ref and args.in_process:
         print("mavjet bench mixed: --gateway-ref runs the gateway as a process; drop --in-process", file=sys.stderr)

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from nats.aio.client import Client
 
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
+from benchmarks.kit import percentile
 from benchmarks.workers import (
     _buckets,
     _family,
@@ -108,8 +110,10 @@ async def _wait_streaming(port: int, expected_per_s: float, timeout_s: float) ->
 
 
 async def with_baseline(commands: Awaitable[dict[str, Any]], url: str, rate_hz: float,
-                        seconds: float) -> dict[str, Any]:
-    """The commands' figures and the bare JetStream round trip at the same rate, measured side by side."""
+                        seconds: float, *, scrape: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+                        ) -> dict[str, Any]:
+    """The commands' figures and the bare JetStream round trip at the same rate, measured side by side
+    (and the gateway's /metrics scraped meanwhile, if `scrape`)."""
     out: dict[str, Any] = {}
 
     async def cmds() -> None:
@@ -118,10 +122,41 @@ async def with_baseline(commands: Awaitable[dict[str, Any]], url: str, rate_hz: 
     async def bare() -> None:
         out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(url, rate_hz, seconds)
 
+    async def scrapes() -> None:
+        assert scrape is not None
+        out["scrapes"] = await scrape()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(cmds)
         tg.start_soon(bare)
+        if scrape is not None:
+            tg.start_soon(scrapes)
     return out
+
+
+_OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+
+def _get_page_ms(port: int) -> float:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": _OPENMETRICS})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+    return (time.perf_counter() - t0) * 1000
+
+
+async def scrape_every(port: int, every_s: float, seconds: float) -> dict[str, Any]:
+    """GET /metrics every `every_s` for `seconds`, as Prometheus would: each scrape's wall time."""
+    times: list[float] = []
+    end = time.monotonic() + seconds
+    for _ in range(int(seconds / every_s) + 1):  # bounded: one a period
+        if time.monotonic() >= end:
+            break
+        t0 = time.monotonic()
+        times.append(await asyncio.to_thread(_get_page_ms, port))
+        await asyncio.sleep(max(0.0, every_s - (time.monotonic() - t0)))
+    return {"count": len(times), "every_s": every_s, "p50_ms": percentile(times, 0.5),
+            "max_ms": round(max(times), 3) if times else None}
 
 
 def _log_events(path: Path) -> dict[str, int]:
@@ -203,8 +238,10 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         seq0, cpu0 = await _state_seq(server.url), [_proc_cpu_s(p) for p in pids]
         sim0 = _proc_cpu_s(sim_pid)
         t0 = time.monotonic()
+        every: float = getattr(args, "scrape_every", 0.0)
         out.update(await with_baseline(commands_from_outside(server.url, n, args.cmd_rate, args.duration),
-                                       server.url, args.cmd_rate, args.duration))
+                                       server.url, args.cmd_rate, args.duration,
+                                       scrape=(lambda: scrape_every(port, every, args.duration)) if every else None))
         wall = time.monotonic() - t0
         seq1 = await _state_seq(server.url)
         m1 = await asyncio.to_thread(_scrape, port)

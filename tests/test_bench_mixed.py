@@ -16,7 +16,7 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     out = tmp_path / "mixed.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "3", "--cmd-rate", "4",
-         "--duration", "2", "--warmup", "0.5", "--json", str(out)],
+         "--duration", "2", "--warmup", "0.5", "--scrape-every", "0.5", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -31,6 +31,14 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     assert 0 < cmds["p50_ms"] <= cmds["p99_ms"] and res["ratio_latency_p99"] > 0
     # State counted from TWIN_STATE's sequence: 3 vehicles at the configured rates were stored.
     assert res["state_stored_per_s"] > 0 and res["state_delivered_ratio"] > 0.5
+    # /metrics scraped during the window, as Prometheus would: every 0.5 s for 2 s.
+    assert 3 <= res["scrapes"]["count"] <= 5 and 0 < res["scrapes"]["p50_ms"] <= res["scrapes"]["max_ms"]
+
+
+def test_mixed_refuses_a_negative_scrape_period() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--scrape-every", "-1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--scrape-every" in proc.stderr
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
