@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from nats.aio.client import Client
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
 from benchmarks.kit import percentile
+from benchmarks.scrape import OPENMETRICS, get_page_ms
 from benchmarks.workers import (
     _buckets,
     _family,
@@ -134,17 +134,6 @@ async def with_baseline(commands: Awaitable[dict[str, Any]], url: str, rate_hz: 
     return out
 
 
-_OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
-
-
-def _get_page_ms(port: int) -> float:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": _OPENMETRICS})
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        resp.read()
-    return (time.perf_counter() - t0) * 1000
-
-
 async def scrape_every(port: int, every_s: float, seconds: float) -> dict[str, Any]:
     """GET /metrics every `every_s` for `seconds`, as Prometheus would: each scrape's wall time."""
     times: list[float] = []
@@ -153,7 +142,8 @@ async def scrape_every(port: int, every_s: float, seconds: float) -> dict[str, A
         if time.monotonic() >= end:
             break
         t0 = time.monotonic()
-        times.append(await asyncio.to_thread(_get_page_ms, port))
+        ms, _lines = await asyncio.to_thread(get_page_ms, f"http://127.0.0.1:{port}/metrics", OPENMETRICS, gz=False)
+        times.append(ms)
         await asyncio.sleep(max(0.0, every_s - (time.monotonic() - t0)))
     return {"count": len(times), "every_s": every_s, "p50_ms": percentile(times, 0.5),
             "max_ms": round(max(times), 3) if times else None}

@@ -34,8 +34,8 @@ from drivers.mavlink.link import LinkState
 from drivers.mavlink.session import LinkHealth
 from gateway.metrics import GatewayMetrics, serve_app
 
-FORMATS = {"openmetrics": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
-           "text": "text/plain;version=0.0.4"}
+OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"  # Prometheus' Accept
+FORMATS = {"openmetrics": OPENMETRICS, "text": "text/plain;version=0.0.4"}
 TYPES = ("HEARTBEAT", "SYS_STATUS", "GLOBAL_POSITION_INT", "ATTITUDE", "VFR_HUD", "GPS_RAW_INT", "BATTERY_STATUS",
          "EXTENDED_SYS_STATE", "HOME_POSITION", "RC_CHANNELS", "SERVO_OUTPUT_RAW", "STATUSTEXT", "SYSTEM_TIME",
          "TIMESYNC", "PARAM_VALUE")
@@ -52,8 +52,10 @@ class _Vehicle:
         return self._h
 
 
-def _get_ms(url: str, accept: str) -> tuple[float, int]:
-    req = urllib.request.Request(url, headers={"Accept": accept, "Accept-Encoding": "gzip"})
+def get_page_ms(url: str, accept: str, *, gz: bool = True) -> tuple[float, int]:
+    """One GET of a /metrics page: its wall time in ms, and its lines."""
+    headers = {"Accept": accept, **({"Accept-Encoding": "gzip"} if gz else {})}
+    req = urllib.request.Request(url, headers=headers)
     t0 = time.perf_counter()
     with urllib.request.urlopen(req, timeout=30) as resp:
         body = resp.read()
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for r in range(args.rounds + 1):  # round 0 warms both up and is not counted
         for side, url in (urls.items() if r % 2 else reversed(urls.items())):
             for fmt, accept in FORMATS.items():
-                ms, n = _get_ms(url, accept)
+                ms, n = get_page_ms(url, accept)
                 if r:
                     times[f"{side}.{fmt}"].append(ms)
                     lines[f"{side}.{fmt}"] = n

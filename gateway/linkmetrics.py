@@ -42,6 +42,8 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("mavjet_link_up", "gauge", "1 while heartbeats arrive from the vehicle"),
     ("mavjet_heartbeat_age_seconds", "gauge", "Seconds since the last vehicle heartbeat"),
 )
+# Where each per-vehicle family's value stands in a row (BY_TYPE has none).
+_COLUMN = {name: i for i, name in enumerate(name for name, _, _ in FAMILIES if name != BY_TYPE)}
 _OM_EOF = b"# EOF\n"
 
 Row = tuple[str, tuple[float, ...]]  # (vid, the per-vehicle families' values in FAMILIES order, BY_TYPE left out)
@@ -84,7 +86,6 @@ class LinkMetrics:
     def families(self) -> Iterator[Metric]:
         """The families as prometheus_client objects: for in-process readers, and the reference for `text`."""
         rows, fleet = self._snapshot()
-        column = 0
         for name, kind, doc in FAMILIES:
             labels = ["type"] if name == BY_TYPE else ["vid"]
             fam = CounterMetricFamily(name, doc, labels=labels) if kind == "counter" else \
@@ -93,9 +94,9 @@ class LinkMetrics:
                 for t, n in sorted(fleet.items()):
                     fam.add_metric([t], n)
             else:
+                column = _COLUMN[name]
                 for vid, values in rows:
                     fam.add_metric([vid], values[column])
-                column += 1
             yield fam
 
     def text(self, *, openmetrics: bool, names: Container[str] | None = None) -> str:
@@ -103,7 +104,6 @@ class LinkMetrics:
         rows, fleet = self._snapshot()
         out: list[str] = []
         labels: list[str] | None = None
-        column = 0
         for name, kind, doc in FAMILIES:
             sample = f"{name}_total" if kind == "counter" else name
             if names is None or name in names or sample in names:
@@ -115,10 +115,9 @@ class LinkMetrics:
                 else:
                     if labels is None:  # once a scrape, not once a series
                         labels = [f'{{vid="{_label_value(vid)}"}} ' for vid, _ in rows]
+                    column = _COLUMN[name]
                     out.extend(f"{sample}{label}{_number(values[column])}\n"
                                for label, (_, values) in zip(labels, rows, strict=True))
-            if name != BY_TYPE:
-                column += 1
         return "".join(out)
 
 

@@ -235,8 +235,8 @@ class UplinkShaper:
             # Shedding state is a warning (the fleet's twins go coarser), stepping back up is news.
             emit = log.warning if why in (Why.QUEUE, Why.TRIAL_FAILED) else log.info
             emit("uplink_level", level=level.name.lower(), state_hz=None if level is Level.NORMAL else hz,
-                     why=why.value, queue_delay_s=round(self.queue_delay_s, 3),
-                     loop_lag_s=round(self.est.loop_lag_s, 3), capacity_bytes_s=self.est.capacity_bytes_s)
+                 why=why.value, queue_delay_s=round(self.queue_delay_s, 3),
+                 loop_lag_s=round(self.est.loop_lag_s, 3), capacity_bytes_s=self.est.capacity_bytes_s)
 
     # -- state ---------------------------------------------------------------
     def admit_states(self, batch: list[StateSample], now_ns: int) -> list[StateSample]:
