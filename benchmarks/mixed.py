@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shaping", action="store_true",
                    help="let the uplink shaper shed state (off: every configured sample is published, as in "
                    "`bench ingest`)")
+    p.add_argument("--uvloop", action="store_true",
+                   help="run the gateway on uvloop (its `uvloop = true`, as an edge hub would; with --gateway-ref "
+                   "both builds)")
     p.add_argument("--in-process", action="store_true",
                    help="run the gateway in this process, on the issuer's event loop (the first version's setup)")
     p.add_argument("--gateway-ref", metavar="REF",
@@ -111,6 +114,9 @@ def main(argv: list[str]) -> int:
         return 2
     if args.scrape_every < 0 or (args.scrape_every and args.in_process):
         print("mavjet bench mixed: --scrape-every must be >= 0, and needs the gateway as a process", file=sys.stderr)
+        return 2
+    if args.uvloop and args.in_process:
+        print("mavjet bench mixed: --uvloop is the gateway process's event loop; drop --in-process", file=sys.stderr)
         return 2
     if args.gateway_ref and args.in_process:
         print("mavjet bench mixed: --gateway-ref runs the gateway as a process; drop --in-process", file=sys.stderr)

@@ -54,11 +54,12 @@ _GATEWAY_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.arg
 MODE = "STABILIZE"  # the sim accepts any mode while disarmed, as ArduCopter does: a harmless command
 
 
-def _config(tmp: str, url: str, n: int, base: int, *, shaping: bool | None) -> Path:
+def _config(tmp: str, url: str, n: int, base: int, *, shaping: bool | None, uvloop: bool = False) -> Path:
     """The gateway's config; shaping None: no [uplink] table (a build from before the shaper refuses it)."""
     conf = Path(tmp) / "gateway-mixed.toml"
     lines = [f'env = "{ENV}"', 'instance = "bench"', f'state_dir = "{tmp}/state-mixed"',
-             f"startup_timeout_s = {max(10.0, n / 20)}", "[nats]", f'servers = ["{url}"]']
+             f"startup_timeout_s = {max(10.0, n / 20)}", *(["uvloop = true"] if uvloop else []),
+             "[nats]", f'servers = ["{url}"]']
     if shaping is not None:
         lines += ["[uplink]", f"enabled = {'true' if shaping else 'false'}"]
     for i in range(n):
@@ -203,7 +204,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     port = free_port()
     # A gateway from another build (--gateway-ref): its own code first on the path, no shaper to configure.
     tree: Path | None = getattr(args, "gateway_tree", None)
-    conf = _config(tmp, server.url, n, base, shaping=None if tree is not None else args.shaping)
+    conf = _config(tmp, server.url, n, base, shaping=None if tree is not None else args.shaping,
+                   uvloop=getattr(args, "uvloop", False))
     env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
     with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
@@ -213,7 +215,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
             cwd=str(tree) if tree is not None else None,
         )
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
-                           "gateway": "own process", "gateway_build": getattr(args, "gateway_build", "working tree")}
+                           "gateway": "own process", "gateway_build": getattr(args, "gateway_build", "working tree"),
+                           "gateway_uvloop": bool(getattr(args, "uvloop", False))}
     try:
         took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5), log_path=Path(tmp) / "gateway-mixed.log")
         print(f"gateway ready: {n} links and command consumers in {took:.1f} s; measuring {args.duration:g} s "

@@ -17,6 +17,10 @@
   itself, which blocks intake instead of losing events or growing memory.
   Past the spool's bound what goes is chosen by the spool (`gateway.spool`:
   informational events first, busiest vehicle first, a `cmd_result` last).
+- A command's result may skip the spool (`publish_event_now`): published
+  and acked at once when its vehicle has no earlier event still waiting to
+  be sent, so the vehicle's events keep their order; otherwise, and on any
+  failure, it goes through the spool like every other event.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ from drivers.mavlink.transport import limit_read_size
 from gateway.config import GatewayConfig
 from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
+from gateway.eventorder import EventsOnTheWay
 from gateway.metrics import GatewayMetrics
 from gateway.samples import StateSample
-from gateway.spool import DROP_ORDER, Drops, Spool
+from gateway.spool import DROP_ORDER, Drops, Spool, SpoolEntry
 from gateway.spooldrain import drain_spool
 from gateway.statepub import RawPublish, StateAcks
 from gateway.uplink import UplinkMonitor
@@ -70,6 +75,9 @@ class Publisher:
         self.js: JetStreamContext | None = None
         self.connected = anyio.Event()
         self._pending_events: deque[tuple[str, str, bytes]] = deque()
+        self._on_the_way = EventsOnTheWay()  # whose results may skip the spool (`publish_event_now`)
+        self._writing = 0  # events taken from the queue whose spool write is under way
+        self.events_direct = 0  # results published by `publish_event_now`, without the spool
         self.max_pending_events = MAX_PENDING_EVENTS
         self.events_spilled = 0  # events written to the spool from the loop because the queue was full
         self._events_ready = anyio.Event()
@@ -292,6 +300,7 @@ class Publisher:
         """Hot-path safe: hand an event to the spool writer (no I/O here unless the queue is full)."""
         self._pending_events.append((subject, msg_id, payload))
         self.events_enqueued += 1
+        self._on_the_way.handed(subject)
         self._events_ready.set()
         if len(self._pending_events) >= self.max_pending_events:
             self._spill()
@@ -321,7 +330,11 @@ class Publisher:
             return
         batch = list(self._pending_events)
         self._pending_events.clear()
-        self._spooled(await self.spool.append(batch))
+        self._writing += len(batch)
+        try:
+            self._spooled(await self.spool.append(batch))
+        finally:
+            self._writing -= len(batch)
 
     async def spool_writer(self) -> None:
         while True:
@@ -335,7 +348,39 @@ class Publisher:
         if js is None or not self.is_connected:
             return 0
         return await drain_spool(self.spool, js, timeout_s=self.cfg.publish_timeout_s,
-                                 on_acked=self._events_acked, on_error=self._event_publish_failed)
+                                 on_acked=self._events_acked, on_error=self._event_publish_failed,
+                                 on_sent=self._events_sent)
+
+    def _events_sent(self, batch: list[SpoolEntry]) -> None:
+        self._on_the_way.sent(e.subject for e in batch)
+
+    async def publish_event_now(self, subject: str, msg_id: str, payload: bytes) -> bool:
+        """Publish one event to JetStream without the spool; True once the stream has it.
+
+        For command results (docs/commands.md, "Handing the result over").
+        False, with nothing published, when that could reorder the vehicle's
+        events (`gateway.eventorder`) or the connection is down; False after
+        an error or no ack in `publish_timeout_s` too: the caller spools it
+        then, and the stream drops a second copy by its `Nats-Msg-Id`.
+        """
+        js = self.js
+        self._on_the_way.settle(spool_empty=self.spool.opened and self.spool.depth == 0 and not self._writing,
+                                queue_empty=not self._pending_events)
+        if js is None or not self.is_connected or not self._on_the_way.clear(subject):
+            return False
+        hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": msg_id}
+        self.events_enqueued += 1
+        t0 = time.monotonic()
+        try:
+            with anyio.fail_after(self.cfg.publish_timeout_s):
+                await js.publish(subject, payload, headers=hdrs, timeout=self.cfg.publish_timeout_s)
+        except Exception as exc:  # nats-py raises a wide range; the spool is the way that cannot fail here
+            self.events_enqueued -= 1  # the caller hands it over again, to the spool
+            self._event_publish_failed(exc)
+            return False
+        self.events_direct += 1
+        self._events_acked(1, time.monotonic() - t0)
+        return True
 
     def _events_acked(self, n: int, elapsed_s: float) -> None:
         self.metrics.publishes.labels(kind="event", result="acked").inc(n)

@@ -190,6 +190,12 @@ class NatsAccess(Protocol):
     async def flush_pending_to_spool(self) -> None:
         """Make every queued event durable in the spool now."""
 
+    async def publish_event_now(self, subject: str, msg_id: str, payload: bytes) -> bool:
+        """Publish an event to JetStream without the spool, if that keeps its vehicle's events in order.
+
+        True once the stream has it; False when the caller must hand it to the spool instead.
+        """
+
 
 class Foreground:
     """Work that must not wait behind state, counted while it runs (a command between its delivery

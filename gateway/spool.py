@@ -322,6 +322,11 @@ class Spool:
     def remove_upto_sync(self, rowid: int) -> None:
         self._db.call(self._remove_upto, rowid)
 
+    @property
+    def opened(self) -> bool:
+        """The file is open: `depth` counts what it holds (until then it reads 0, whatever is in it)."""
+        return self._db.opened
+
     # -- async API -------------------------------------------------------------
     async def open(self) -> None:
         """Open the file and count what an earlier run left (on the worker thread)."""

@@ -26,20 +26,22 @@ import anyio
 from nats.js import JetStreamContext
 
 from gateway.contract.envelope import CONTENT_TYPE
-from gateway.spool import Spool
+from gateway.spool import Spool, SpoolEntry
 
 DRAIN_BATCH = 256
 
 
 async def drain_spool(spool: Spool, js: JetStreamContext, *, timeout_s: float,
                       on_acked: Callable[[int, float], None],
-                      on_error: Callable[[Exception], None] | None = None) -> int:
+                      on_error: Callable[[Exception], None] | None = None,
+                      on_sent: Callable[[list[SpoolEntry]], None] | None = None) -> int:
     """Publish `spool` oldest first until it is empty; returns how many were acked (and removed).
 
     `on_acked(n, elapsed_s)` follows each removal of `n` acked entries
     (`elapsed_s`: from the batch's last publish to its last ack awaited).
     `on_error(exc)` sees a failed or late ack before it is raised; the acked
-    prefix of that batch is removed all the same.
+    prefix of that batch is removed all the same. `on_sent(batch)` follows
+    each batch's publishes, before its acks are awaited.
     """
     total = 0
     while True:
@@ -50,6 +52,8 @@ async def drain_spool(spool: Spool, js: JetStreamContext, *, timeout_s: float,
         for e in batch:
             hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": e.msg_id}
             futs.append(await js.publish_async(e.subject, e.payload, headers=hdrs))
+        if on_sent is not None:
+            on_sent(batch)
         last_ok = None
         t0 = time.monotonic()
         try:

@@ -16,12 +16,12 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     out = tmp_path / "mixed.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "3", "--cmd-rate", "4",
-         "--duration", "2", "--warmup", "0.5", "--scrape-every", "0.5", "--json", str(out)],
+         "--duration", "2", "--warmup", "0.5", "--scrape-every", "0.5", "--uvloop", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
-    assert res["gateway"] == "own process"
+    assert res["gateway"] == "own process" and res["gateway_uvloop"] is True
     # The gateway's own drain and close at SIGTERM is info (`nats_closed`), not a warning to chase.
     assert "nats_disconnected" not in res["gateway_warnings"], res["gateway_warnings"]
     cmds, base = res["commands"], res["baseline_jetstream_roundtrip"]
@@ -39,6 +39,12 @@ def test_mixed_refuses_a_negative_scrape_period() -> None:
     proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--scrape-every", "-1"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--scrape-every" in proc.stderr
+
+
+def test_mixed_refuses_uvloop_for_a_gateway_in_process() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--uvloop", "--in-process"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--uvloop" in proc.stderr
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")

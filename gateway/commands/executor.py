@@ -265,6 +265,18 @@ class CommandExecutor:
             await self._spool(entry)
         await _quietly(msg.ack_sync(timeout=self.cfg.fetch_timeout_s))
 
+    async def _hand_over(self, msg: Msg, entry: LedgerEntry) -> None:
+        """The result to the stream at once where that keeps the vehicle's events in order, else to the spool.
+
+        Either way it is durable before the command is acked: in the stream, or in the spool.
+        """
+        published = await self._keeping_alive(
+            msg, lambda _ctx: self.nats.publish_event_now(entry.subject, entry.msg_id, entry.payload))
+        if published:
+            self.ledger.mark_spooled(entry.vid, entry.cmd_id)
+        else:
+            await self._spool(entry)
+
     async def _spool(self, entry: LedgerEntry) -> None:
         self.nats.enqueue_event(entry.subject, entry.msg_id, entry.payload)
         await self.nats.flush_pending_to_spool()
@@ -293,7 +305,7 @@ class CommandExecutor:
             if stored is not None and not stored.in_flight:
                 entry = stored
         if not entry.spooled:
-            await self._spool(entry)
+            await self._hand_over(msg, entry)
         # The name is the subject's last token, chosen by the publisher: bound the metric's label values.
         command = name if name in CATALOGUE else "unknown"
         self.metrics.commands.labels(command=command, result=out.result.value).inc()

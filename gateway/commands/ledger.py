@@ -24,9 +24,9 @@ the event loop (one `write`, as crash-safe as a commit without fsync), and
 enters SQLite with the next transaction (`Ledger.record`). The log is why
 this module is a little over 400 lines: it shares the ledger's locks.
 
-The ledger also records whether a final result reached the durable event
-spool, so a crash between the ledger write and the spool write still ends in
-exactly one `cmd_result`: the redelivery re-spools the same event with the
+The ledger also records whether a final result was handed over (reached the
+durable event spool, or was stored by the stream), so a crash between the
+ledger write and the hand-over still ends in exactly one `cmd_result`: the redelivery re-spools the same event with the
 same deterministic Nats-Msg-Id, and the stream drops a second copy.
 
 Writes are group-committed: rows that arrive while a commit (and its fsync)
@@ -385,7 +385,7 @@ class Ledger:
             self._ids.discard(key)
 
     def mark_spooled(self, vid: str, cmd_id: str) -> None:
-        """Note that the command's result is in the durable spool; written later, in batches.
+        """Note that the command's result is in the durable spool or the stream; written later, in batches.
 
         Marks are written once `MARKS_BATCH` are pending, with a multi-row
         commit, before a lookup or a prune, and at close. Deferring them
