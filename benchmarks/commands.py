@@ -36,7 +36,7 @@ from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
-from gateway.daemon import Gateway, tune_gc
+from gateway.daemon import Gateway, tune_process
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
@@ -170,7 +170,7 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
     async def measure() -> None:
         try:
             await gw.ready.wait()
-            tune_gc()  # as the daemon's process entry does
+            tune_process()  # as the daemon's process entry does
             await commands_ready(gw, service, 60.0)
             out["links_up"] = sum(1 for t in gw.twins.values() if t.session.is_up)
             out["commands"] = await command_load(nc, gw, args.command, args.duration, args.warmup)

@@ -29,7 +29,7 @@ from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.envelope import unpack
 from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import EVENTS_STREAM
-from gateway.daemon import Gateway, tune_gc
+from gateway.daemon import Gateway, tune_process
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.uplink import UplinkConfig
@@ -178,7 +178,7 @@ async def run_ingest(
 
     async def measure() -> None:
         await gw.ready.wait()
-        tune_gc()  # as the daemon's process entry does
+        tune_process()  # as the daemon's process entry does
         await anyio.sleep(args.warmup)
         sessions = [t.session for t in gw.twins.values()]
         m0 = sum(s.health().messages_in for s in sessions)

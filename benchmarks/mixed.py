@@ -36,7 +36,7 @@ from benchmarks.compare import ref_worktree
 from benchmarks.kit import nats_and_sim, report
 from benchmarks.mixedproc import commands_at_rate, run_process, with_baseline
 from gateway import logs
-from gateway.daemon import tune_gc
+from gateway.daemon import tune_process
 from gateway.ops.natsserver import NatsServer
 
 ENV = "bench"
@@ -52,7 +52,7 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
     async def measure() -> None:
         try:
             await gw.ready.wait()
-            tune_gc()
+            tune_process()
             await commands_ready(gw, service, 120.0)
             print(f"gateway ready: {n} vehicles, measuring {args.duration:g} s at {args.cmd_rate:g} cmd/s", flush=True)
             await anyio.sleep(args.warmup)

@@ -1,4 +1,4 @@
-"""The daemon as a process: SIGTERM drains and exits 0; sd_notify READY is sent."""
+"""The daemon as a process: SIGTERM drains and exits 0; sd_notify READY is sent; its process-wide settings."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,3 +82,12 @@ async def test_sigterm_stops_intake_drains_and_exits_zero(
     assert all(d["reason"] == "SIGTERM" and d["gateway"] == "proc-gw" for _, d in stopped)
     # Our own shutdown is not a lost link.
     assert not any(t == "link_lost" for _, t, _, _ in events)
+
+
+def test_a_gateway_process_hands_the_gil_over_every_millisecond() -> None:
+    """`tune_process` (the process entry's settings, applied once ready): the switch interval and a frozen heap."""
+    code = ("import gc, sys; from gateway.daemon import tune_process; before = sys.getswitchinterval(); "
+            "tune_process(); print(before, sys.getswitchinterval(), gc.get_freeze_count() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    before, after, frozen = out.stdout.split()
+    assert float(before) == 0.005 and float(after) == 0.001 and frozen == "True"
