@@ -311,7 +311,7 @@ class CommandExecutor:
         self.metrics.commands.labels(command=command, result=out.result.value).inc()
         self.metrics.command_duration.labels(command=command, result=out.result.value).observe(
             time.monotonic() - self._received_s)
-        # Spooled above: counted and handed to the vehicle's subscribers only.
+        # Handed over above: counted and passed to the vehicle's subscribers only.
         self.vehicle.publish_event(Event("cmd_result", now_ns, data, msg_id), payload=entry.payload, enqueue=False)
         log.info("command_finished", vehicle=self.vid, cmd_id=cmd_id, name=name, result=out.result,
                  mav_result=out.mav_result, detail=out.detail, attempts=out.attempts, deliveries=delivered,
