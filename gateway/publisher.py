@@ -369,15 +369,13 @@ class Publisher:
         if js is None or not self.is_connected or not self._on_the_way.clear(subject):
             return False
         hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": msg_id}
-        self.events_enqueued += 1
         t0 = time.monotonic()
-        try:
-            with anyio.fail_after(self.cfg.publish_timeout_s):
-                await js.publish(subject, payload, headers=hdrs, timeout=self.cfg.publish_timeout_s)
+        try:  # js.publish times the ack out itself (unlike publish_async in the drain)
+            await js.publish(subject, payload, headers=hdrs, timeout=self.cfg.publish_timeout_s)
         except Exception as exc:  # nats-py raises a wide range; the spool is the way that cannot fail here
-            self.events_enqueued -= 1  # the caller hands it over again, to the spool
             self._event_publish_failed(exc)
-            return False
+            return False  # not counted as handed over: the caller hands it to the spool
+        self.events_enqueued += 1
         self.events_direct += 1
         self._events_acked(1, time.monotonic() - t0)
         return True

@@ -26,8 +26,9 @@ this module is a little over 400 lines: it shares the ledger's locks.
 
 The ledger also records whether a final result was handed over (reached the
 durable event spool, or was stored by the stream), so a crash between the
-ledger write and the hand-over still ends in exactly one `cmd_result`: the redelivery re-spools the same event with the
-same deterministic Nats-Msg-Id, and the stream drops a second copy.
+ledger write and the hand-over still ends in exactly one `cmd_result`: the
+redelivery re-spools the same event with the same deterministic
+Nats-Msg-Id, and the stream drops a second copy.
 
 Writes are group-committed: rows that arrive while a commit (and its fsync)
 is under way go into the next transaction together, so an edge hub's
