@@ -47,7 +47,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.samples import StateSample
 from gateway.spool import DROP_ORDER, Drops, Spool, SpoolEntry
 from gateway.spooldrain import drain_spool
-from gateway.statepub import RawPublish, StateAcks
+from gateway.statepub import EventAcks, RawPublish, StateAcks, pub_ack_error
 from gateway.uplink import UplinkMonitor
 
 log = structlog.get_logger("mavjet.nats")
@@ -106,6 +106,7 @@ class Publisher:
         self._raw_ok = False  # set at connect: nats-py has the buffer RawPublish writes to
         self._shutting_down = False  # set by shutdown(): the disconnect that follows is ours
         self._acks: StateAcks | None = None
+        self._event_acks: EventAcks | None = None  # the direct publishes' (`publish_event_now`)
         # Link-adaptive shaping (gateway/uplink.py): off while the uplink is healthy.
         self.uplink = UplinkMonitor(cfg.uplink, metrics=metrics.uplink,
                                     higher_pending=lambda: self.events_waiting)
@@ -171,6 +172,9 @@ class Publisher:
                                  on_ack=self._state_acked, on_error=self._state_failed)
                 await nc.subscribe(acks.subject, cb=acks.on_msg)
                 self._acks = acks
+                event_acks = EventAcks(nc.new_inbox())
+                await nc.subscribe(event_acks.subject, cb=event_acks.on_msg)
+                self._event_acks = event_acks
             self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, publish_async_max_pending=self.cfg.max_inflight_state)
             self.metrics.nats_connected.set(1)
             log.info("nats_connected", server=natsconn.server_name(nc))  # host:port, never the URL's userinfo
@@ -348,7 +352,7 @@ class Publisher:
         if js is None or not self.is_connected:
             return 0
         return await drain_spool(self.spool, js, timeout_s=self.cfg.publish_timeout_s,
-                                 on_acked=self._events_acked, on_error=self._event_publish_failed,
+                                 on_acked=self._events_acked, on_error=self._drain_failed,
                                  on_sent=self._events_sent)
 
     def _events_sent(self, batch: list[SpoolEntry]) -> None:
@@ -370,15 +374,38 @@ class Publisher:
             return False
         hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": msg_id}
         t0 = time.monotonic()
-        try:  # js.publish times the ack out itself (unlike publish_async in the drain)
-            await js.publish(subject, payload, headers=hdrs, timeout=self.cfg.publish_timeout_s)
-        except Exception as exc:  # nats-py raises a wide range; the spool is the way that cannot fail here
-            self._event_publish_failed(exc)
-            return False  # not counted as handed over: the caller hands it to the spool
+        nc, acks = self.nc, self._event_acks
+        if self._raw_ok and acks is not None and nc is not None:
+            error = await self._publish_event_raw(nc, acks, subject, hdrs, payload)
+            if error is not None:
+                self._event_publish_failed(error)
+                return False  # not counted as handed over: the caller hands it to the spool
+        else:
+            try:  # js.publish times the ack out itself (unlike publish_async in the drain)
+                await js.publish(subject, payload, headers=hdrs, timeout=self.cfg.publish_timeout_s)
+            except Exception as exc:  # nats-py raises a wide range; the spool is the way that cannot fail here
+                self._event_publish_failed(f"{type(exc).__name__}: {exc}")
+                return False
         self.events_enqueued += 1
         self.events_direct += 1
         self._events_acked(1, time.monotonic() - t0)
         return True
+
+    async def _publish_event_raw(self, nc: Client, acks: EventAcks, subject: str, headers: dict[str, str],
+                                 payload: bytes) -> str | None:
+        """`js.publish` with the command on the socket at once (`RawPublish.write_now`); None once stored."""
+        if len(payload) > nc.max_payload:
+            return f"{len(payload)} bytes, over the server's max_payload {nc.max_payload}"
+        reply, fut = acks.add()
+        try:
+            if not RawPublish.write_now(nc, RawPublish.frame_once(subject, reply, headers, payload)):
+                return "no connection"
+            with anyio.move_on_after(self.cfg.publish_timeout_s):
+                ack = await fut
+                return pub_ack_error(ack.data, ack.headers)
+            return f"no ack within {self.cfg.publish_timeout_s} s"
+        finally:
+            acks.discard(reply)
 
     def _events_acked(self, n: int, elapsed_s: float) -> None:
         self.metrics.publishes.labels(kind="event", result="acked").inc(n)
@@ -386,9 +413,12 @@ class Publisher:
         self.events_published += n
         self.metrics.spool_depth.set(self.spool.depth)
 
-    def _event_publish_failed(self, exc: Exception) -> None:
+    def _drain_failed(self, exc: Exception) -> None:
+        self._event_publish_failed(f"{type(exc).__name__}: {exc}")
+
+    def _event_publish_failed(self, error: str) -> None:
         self.metrics.publishes.labels(kind="event", result="error").inc()
-        log.warning("event_publish_failed", error=f"{type(exc).__name__}: {exc}", spooled=self.spool.depth)
+        log.warning("event_publish_failed", error=error, spooled=self.spool.depth)
 
     async def spool_drainer(self) -> None:
         backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)

@@ -24,7 +24,9 @@ checks that subscribers and the stream see the same messages either way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nats.aio.client import Client
@@ -55,12 +57,39 @@ class RawPublish:
         pair = self._templates[subject] = (b"HPUB " + subj + tail, b"HPUB " + subj + b" %b" + tail)
         return pair
 
+    @staticmethod
+    def frame_once(subject: str, reply: bytes, headers: dict[str, str], payload: bytes) -> bytes:
+        """One HPUB command with its own headers (an event's `Nats-Msg-Id`), not from a template."""
+        hdr = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+        return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject.encode(), reply, len(hdr), len(hdr) + len(payload),
+                                                   hdr, payload)
+
     def frame(self, subject: str, payload: bytes, reply: bytes = b"") -> bytes:
         """One HPUB command: subject, [reply,] header length, total length, header, payload."""
         plain, replied = self._templates.get(subject) or self._template(subject)
         if reply:
             return replied % (reply, self._hlen + len(payload), payload)
         return plain % (self._hlen + len(payload), payload)
+
+    @staticmethod
+    def write_now(nc: Client, cmd: bytes) -> bool:
+        """Append one command to the client's buffer and hand the whole buffer to the socket now.
+
+        For a command result (`Publisher.publish_event_now`): `write` wakes the
+        client's flusher, one more pass of an event loop busy with a thousand
+        vehicles before the bytes leave. The buffer goes out whole and in
+        order, so nothing queued before it is overtaken. False, with nothing
+        written, without a transport (the caller publishes another way).
+        """
+        transport = getattr(nc, "_transport", None)
+        if transport is None:
+            return False
+        pending = nc._pending
+        pending.append(cmd)
+        nc._pending, nc._pending_data_size = [], 0
+        nc.stats["out_msgs"] += 1
+        transport.writelines(pending)
+        return True
 
     @staticmethod
     async def write(nc: Client, cmds: list[bytes]) -> None:
@@ -135,3 +164,57 @@ class StateAcks:
             self._on_error(data[:200].decode(errors="replace"))
         else:
             self._on_ack(entry[0])
+
+
+class EventAcks:
+    """Direct event publishes (`Publisher.publish_event_now`) awaiting their JetStream ack on one wildcard inbox.
+
+    `add()` returns a reply subject and the future its ack settles with the
+    ack message; `discard(reply)` forgets one that was given up on.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._prefix_b = prefix.encode() + b"."
+        self._cut = len(prefix) + 1
+        self._next = 0
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def subject(self) -> str:
+        return self.prefix + ".*"
+
+    def add(self) -> tuple[bytes, asyncio.Future[Any]]:
+        self._next += 1
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[self._next] = fut
+        return self._prefix_b + str(self._next).encode(), fut
+
+    def discard(self, reply: bytes) -> None:
+        self._waiting.pop(int(reply[self._cut:]), None)
+
+    async def on_msg(self, msg: Any) -> None:
+        try:
+            token = int(msg.subject[self._cut:])
+        except ValueError:
+            return
+        fut = self._waiting.pop(token, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+
+def pub_ack_error(data: bytes, headers: Mapping[str, str] | None) -> str | None:
+    """Why a JetStream publish ack (its body and headers) is not one; None: the stream stored the message."""
+    if not data:
+        status = (headers or {}).get("Status", "")
+        return f"no responders (status {status})" if status == "503" else f"empty ack (status {status})"
+    try:
+        ack = json.loads(data)
+    except ValueError:
+        return f"not an ack: {data[:200]!r}"
+    if not isinstance(ack, dict) or "error" in ack or "stream" not in ack:
+        return f"refused: {data[:200].decode(errors='replace')}"
+    return None

@@ -44,7 +44,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from drivers.mavlink.backoff import Backoff
-from gateway.commands.executor import CommandExecutor
+from gateway.commands.executor import CommandExecutor, keepalive_interval_s
+from gateway.commands.keepalive import KeepAlives
 from gateway.commands.ledger import Ledger
 from gateway.commands.pull import PullOne
 from gateway.config import CommandsConfig, GatewayConfig
@@ -123,7 +124,7 @@ class _Rebind(Exception):
 class VehicleCommands:
     """One vehicle's command loop: fetch(1), execute, ack; forever, surviving NATS outages."""
 
-    def __init__(self, vehicle: VehicleHandle, ledger: Ledger, ctx: ServiceContext, *,
+    def __init__(self, vehicle: VehicleHandle, ledger: Ledger, ctx: ServiceContext, keepalives: KeepAlives, *,
                  api_limiter: anyio.CapacityLimiter | None = None) -> None:
         self.vid = vehicle.vid
         self.api = api_limiter or anyio.CapacityLimiter(API_CONCURRENCY)
@@ -131,7 +132,7 @@ class VehicleCommands:
         self.cfg = ctx.cfg
         self.executor = CommandExecutor(
             vehicle, ledger, nats=ctx.nats, metrics=ctx.metrics, cfg=ctx.cfg.commands, env=ctx.cfg.env,
-            foreground=ctx.foreground,
+            keepalives=keepalives, foreground=ctx.foreground,
         )
         self.binds = 0
         self.stale_rebinds = 0
@@ -213,9 +214,11 @@ class CommandService:
         try:
             await ledger.open()  # off the event loop: opening prunes and indexes the file
             api = anyio.CapacityLimiter(API_CONCURRENCY)
+            keepalives = KeepAlives(keepalive_interval_s(cfg.commands))
             for vehicle in ctx.vehicles.values():
-                self.loops[vehicle.vid] = VehicleCommands(vehicle, ledger, ctx, api_limiter=api)
+                self.loops[vehicle.vid] = VehicleCommands(vehicle, ledger, ctx, keepalives, api_limiter=api)
             async with anyio.create_task_group() as tg:
+                tg.start_soon(keepalives.run, name="gateway.commands.in_progress")
                 for vid, loop in self.loops.items():
                     tg.start_soon(loop.run, name=f"vehicle[{vid}].commands")
                 tg.start_soon(self._prune, ledger, name="gateway.commands.ledger_prune")

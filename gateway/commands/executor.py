@@ -38,11 +38,11 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import TypeVar
 
-import anyio
 import structlog
 from nats.aio.msg import Msg
 
 from gateway.commands.actions import ActionContext, Outcome, run_action
+from gateway.commands.keepalive import KeepAlives
 from gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
 from gateway.commands.recovery import CONFIRMED_DETAIL, RecoveryVerdict
 from gateway.commands.spec import CommandDef, decode
@@ -98,6 +98,7 @@ class CommandExecutor:
         metrics: GatewayMetrics,
         cfg: CommandsConfig,
         env: str,
+        keepalives: KeepAlives,
         foreground: Foreground | None = None,
     ) -> None:
         self.foreground = foreground or Foreground()
@@ -108,7 +109,7 @@ class CommandExecutor:
         self.metrics = metrics
         self.cfg = cfg
         self.env = env
-        self.keepalive_s = keepalive_interval_s(cfg)
+        self.keepalives = keepalives  # the command service's: one task sends every command's in_progress
         self.result_subject = event_subject(env, vehicle.vid, "cmd_result")
         self.handled = 0
         self.duplicates = 0
@@ -324,21 +325,8 @@ class CommandExecutor:
     # -- execution ---------------------------------------------------------
     async def _keeping_alive(self, msg: Msg, work: Callable[[ActionContext], Awaitable[T]]) -> T:
         """Run `work` (an action or a recovery read) while `in_progress` acks keep the message."""
-        result: list[T] = []
-
-        async def keepalive() -> None:
-            while True:
-                await anyio.sleep(self.keepalive_s)
-                await _quietly(msg.in_progress())
-
-        ctx = ActionContext(vehicle=self.vehicle, nats=self.nats)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(keepalive, name=f"vehicle[{self.vid}].commands.in_progress")
-            try:
-                result.append(await work(ctx))
-            finally:
-                tg.cancel_scope.cancel()
-        return result[0]
+        with self.keepalives.holding(lambda: _quietly(msg.in_progress())):
+            return await work(ActionContext(vehicle=self.vehicle, nats=self.nats))
 
 
 def _id_from_msg_id(msg_id: str | None, vid: str) -> str | None:

@@ -64,6 +64,10 @@ async def test_random_sigkills_never_execute_twice(provisioned: Client, nats_ser
                     r = await client.wait(cmd_id, 90, vid="VID-001")
                     assert r.result in ("accepted", "unknown"), r
                 await stream_drained(provisioned, timeout_s=30)
+                # The results above may all have come from earlier processes: a SIGTERM to the last
+                # one while it is still importing ends it by the signal, before its handler exists.
+                last = await client.call("VID-001", "param_get", {"name": "RTL_ALT"}, timeout_s=40)
+                assert last.accepted, last
             finally:
                 rc = await stop(proc)
             assert rc == 0

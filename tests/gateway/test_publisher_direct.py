@@ -22,6 +22,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.ops.natsserver import NatsServer
 from gateway.publisher import Publisher
 from gateway.spool import Spool
+from gateway.statepub import pub_ack_error
 from gateway.uplink import UplinkConfig
 
 
@@ -130,3 +131,42 @@ async def test_no_connection_or_no_stream_means_the_spool(nats_server: NatsServe
         errors = pub.metrics.registry.get_sample_value("mavjet_publishes_total",
                                                        {"kind": "event", "result": "error"})
         assert errors == 1.0
+
+
+async def test_an_oversized_result_is_not_sent_and_the_connection_stays(nats_server: NatsServer,
+                                                                         provisioned: Client,
+                                                                         tmp_path: Path) -> None:
+    async with _running(_publisher(tmp_path, nats_server.url)) as pub:
+        assert pub.nc is not None
+        subject, msg_id, _ = _result("V1", 1)
+        # The server would close the connection on a message over its max_payload: refused before sending.
+        assert await pub.publish_event_now(subject, msg_id, b"x" * (pub.nc.max_payload + 1)) is False
+        assert pub.is_connected and pub.events_direct == 0
+        assert await pub.publish_event_now(*_result("V1", 2)) is True
+        assert await _stored(provisioned, "V1") == [b"V1/result/2"]
+
+
+async def test_no_ack_in_time_means_the_spool(nats_server: NatsServer, provisioned: Client, tmp_path: Path) -> None:
+    # A listener that never answers: the server has a responder, so no 503, and no ack either.
+    silent = await provisioned.subscribe("elsewhere.V1.evt.cmd_result")
+    try:
+        async with _running(_publisher(tmp_path, nats_server.url)) as pub:
+            t0 = anyio.current_time()
+            assert await pub.publish_event_now("elsewhere.V1.evt.cmd_result", "V1:x", b"x") is False
+            waited_s = anyio.current_time() - t0
+            assert 1.5 <= waited_s <= 6.0, waited_s  # publish_timeout_s is 2 s
+            assert pub.events_direct == 0 and pub.events_enqueued == 0
+            assert await pub.publish_event_now(*_result("V1", 3)) is True  # the next one is not held up
+    finally:
+        await silent.unsubscribe()
+
+
+def test_pub_ack_error_reads_acks_refusals_and_statuses() -> None:
+    assert pub_ack_error(b'{"stream":"TWIN_EVENTS","seq":7}', None) is None
+    assert pub_ack_error(b'{"stream":"TWIN_EVENTS","seq":7,"duplicate":true}', {}) is None
+    refused = pub_ack_error(b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}', None)
+    assert refused is not None and "maximum messages exceeded" in refused
+    assert pub_ack_error(b"", {"Status": "503"}) == "no responders (status 503)"
+    assert pub_ack_error(b"", None) == "empty ack (status )"
+    assert (pub_ack_error(b"not json", None) or "").startswith("not an ack")
+    assert (pub_ack_error(b"[1, 2]", None) or "").startswith("refused")
