@@ -149,18 +149,13 @@ class StateAcks:
             self._on_error("no ack within the publish timeout")
 
     async def on_msg(self, msg: Any) -> None:
-        try:
-            token = int(msg.subject[self._cut:])
-        except ValueError:
-            return
-        entry = self._pending.pop(token, None)
+        entry = self._pending.pop(_token(msg.subject, self._cut), None)
         if entry is None:
             return  # expired already
         data = msg.data
         if not data:
-            status = (msg.headers or {}).get("Status", "")
-            self._on_error(f"no responders (status {status})" if status == "503" else f"empty ack (status {status})")
-        elif b'"error"' in data:
+            self._on_error(pub_ack_error(data, msg.headers) or "empty ack")
+        elif b'"error"' in data:  # not json.loads: every Nth state sample, and a substring says enough
             self._on_error(data[:200].decode(errors="replace"))
         else:
             self._on_ack(entry[0])
@@ -197,13 +192,17 @@ class EventAcks:
         self._waiting.pop(int(reply[self._cut:]), None)
 
     async def on_msg(self, msg: Any) -> None:
-        try:
-            token = int(msg.subject[self._cut:])
-        except ValueError:
-            return
-        fut = self._waiting.pop(token, None)
+        fut = self._waiting.pop(_token(msg.subject, self._cut), None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
+
+
+def _token(subject: str, cut: int) -> int:
+    """The number at the end of an ack's inbox subject; -1 (matches nothing) if it is not one."""
+    try:
+        return int(subject[cut:])
+    except ValueError:
+        return -1
 
 
 def pub_ack_error(data: bytes, headers: Mapping[str, str] | None) -> str | None:
