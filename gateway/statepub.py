@@ -38,8 +38,7 @@ class RawPublish:
     """HPUB commands with one constant header, appended to nats-py's write buffer in batches."""
 
     def __init__(self, headers: dict[str, str]) -> None:
-        hdr = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        self.header = hdr.encode()
+        self.header = _header_block(headers)
         self._hlen = len(self.header)
         # Per subject, the command with everything but the lengths and the payload filled in, without and
         # with a reply subject: one %-format of two or three values a sample instead of five or six.
@@ -60,7 +59,7 @@ class RawPublish:
     @staticmethod
     def frame_once(subject: str, reply: bytes, headers: dict[str, str], payload: bytes) -> bytes:
         """One HPUB command with its own headers (an event's `Nats-Msg-Id`), not from a template."""
-        hdr = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+        hdr = _header_block(headers)
         return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject.encode(), reply, len(hdr), len(hdr) + len(payload),
                                                    hdr, payload)
 
@@ -104,7 +103,32 @@ class RawPublish:
             await nc._flush_pending()
 
 
-class StateAcks:
+class _AckInbox:
+    """Replies on one wildcard inbox: `<prefix>.<n>`, n counting up from 1."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._prefix_b = prefix.encode() + b"."
+        self._cut = len(prefix) + 1
+        self._next = 0
+
+    @property
+    def subject(self) -> str:
+        return self.prefix + ".*"
+
+    def _new_reply(self) -> tuple[int, bytes]:
+        self._next += 1
+        return self._next, self._prefix_b + str(self._next).encode()
+
+    def _token(self, subject: str | bytes) -> int:
+        """The number at the end of a reply subject; -1 (matches nothing) if it is not one."""
+        try:
+            return int(subject[self._cut:])
+        except ValueError:
+            return -1
+
+
+class StateAcks(_AckInbox):
     """Sampled state publishes awaiting their JetStream ack on one wildcard inbox.
 
     `add(recv_ns, now_ns)` returns the reply subject for one publish;
@@ -115,27 +139,20 @@ class StateAcks:
 
     def __init__(self, prefix: str, *, timeout_ns: int, on_ack: Callable[[int], None],
                  on_error: Callable[[str], None]) -> None:
-        self.prefix = prefix
-        self._prefix_b = prefix.encode() + b"."
-        self._cut = len(prefix) + 1
+        super().__init__(prefix)
         self.timeout_ns = timeout_ns
         self._on_ack = on_ack
         self._on_error = on_error
-        self._next = 0
         self._pending: dict[int, tuple[int, int]] = {}  # token -> (receive time, send time), oldest first
         self.expired = 0
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    @property
-    def subject(self) -> str:
-        return self.prefix + ".*"
-
     def add(self, recv_ns: int, now_ns: int) -> bytes:
-        self._next += 1
-        self._pending[self._next] = (recv_ns, now_ns)
-        return self._prefix_b + str(self._next).encode()
+        token, reply = self._new_reply()
+        self._pending[token] = (recv_ns, now_ns)
+        return reply
 
     def expire(self, now_ns: int) -> None:
         pending = self._pending
@@ -149,7 +166,7 @@ class StateAcks:
             self._on_error("no ack within the publish timeout")
 
     async def on_msg(self, msg: Any) -> None:
-        entry = self._pending.pop(_token(msg.subject, self._cut), None)
+        entry = self._pending.pop(self._token(msg.subject), None)
         if entry is None:
             return  # expired already
         data = msg.data
@@ -161,7 +178,7 @@ class StateAcks:
             self._on_ack(entry[0])
 
 
-class EventAcks:
+class EventAcks(_AckInbox):
     """Direct event publishes (`Publisher.publish_event_now`) awaiting their JetStream ack on one wildcard inbox.
 
     `add()` returns a reply subject and the future its ack settles with the
@@ -169,40 +186,30 @@ class EventAcks:
     """
 
     def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self._prefix_b = prefix.encode() + b"."
-        self._cut = len(prefix) + 1
-        self._next = 0
+        super().__init__(prefix)
         self._waiting: dict[int, asyncio.Future[Any]] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    @property
-    def subject(self) -> str:
-        return self.prefix + ".*"
-
     def add(self) -> tuple[bytes, asyncio.Future[Any]]:
-        self._next += 1
+        token, reply = self._new_reply()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[self._next] = fut
-        return self._prefix_b + str(self._next).encode(), fut
+        self._waiting[token] = fut
+        return reply, fut
 
     def discard(self, reply: bytes) -> None:
-        self._waiting.pop(int(reply[self._cut:]), None)
+        self._waiting.pop(self._token(reply), None)
 
     async def on_msg(self, msg: Any) -> None:
-        fut = self._waiting.pop(_token(msg.subject, self._cut), None)
+        fut = self._waiting.pop(self._token(msg.subject), None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
 
 
-def _token(subject: str, cut: int) -> int:
-    """The number at the end of an ack's inbox subject; -1 (matches nothing) if it is not one."""
-    try:
-        return int(subject[cut:])
-    except ValueError:
-        return -1
+def _header_block(headers: dict[str, str]) -> bytes:
+    """The NATS/1.0 header block of an HPUB command."""
+    return ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
 
 
 def pub_ack_error(data: bytes, headers: Mapping[str, str] | None) -> str | None:
