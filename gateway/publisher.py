@@ -47,7 +47,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.samples import StateSample
 from gateway.spool import DROP_ORDER, Drops, Spool, SpoolEntry
 from gateway.spooldrain import drain_spool
-from gateway.statepub import EventAcks, RawPublish, StateAcks, pub_ack_error
+from gateway.statepub import EventAcks, RawPublish, StateAcks, pub_ack_error, subscribe_direct
 from gateway.uplink import UplinkMonitor
 
 log = structlog.get_logger("mavjet.nats")
@@ -170,10 +170,10 @@ class Publisher:
             if self._raw_ok:
                 acks = StateAcks(nc.new_inbox(), timeout_ns=int(self.cfg.publish_timeout_s * 1e9),
                                  on_ack=self._state_acked, on_error=self._state_failed)
-                await nc.subscribe(acks.subject, cb=acks.on_msg)
+                await subscribe_direct(nc, acks.subject, acks.on_msg)
                 self._acks = acks
                 event_acks = EventAcks(nc.new_inbox())
-                await nc.subscribe(event_acks.subject, cb=event_acks.on_msg)
+                await subscribe_direct(nc, event_acks.subject, event_acks.on_msg)
                 self._event_acks = event_acks
             self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, publish_async_max_pending=self.cfg.max_inflight_state)
             self.metrics.nats_connected.set(1)
