@@ -17,6 +17,7 @@
   itself, which blocks intake instead of losing events or growing memory.
   Past the spool's bound what goes is chosen by the spool (`gateway.spool`:
   informational events first, busiest vehicle first, a `cmd_result` last).
+- The event half lives in gateway/eventpub.py (`EventPublishing`).
 - A command's result may skip the spool (`publish_event_now`): published
   and acked at once when its vehicle has no earlier event still waiting to
   be sent, so the vehicle's events keep their order; otherwise, and on any
@@ -43,11 +44,11 @@ from gateway.config import GatewayConfig
 from gateway.contract import natsconn
 from gateway.contract.envelope import CONTENT_TYPE
 from gateway.eventorder import EventsOnTheWay
+from gateway.eventpub import EventPublishing
 from gateway.metrics import GatewayMetrics
 from gateway.samples import StateSample
-from gateway.spool import DROP_ORDER, Drops, Spool, SpoolEntry
-from gateway.spooldrain import drain_spool
-from gateway.statepub import EventAcks, RawPublish, StateAcks, pub_ack_error, subscribe_direct
+from gateway.spool import DROP_ORDER, Spool
+from gateway.statepub import EventAcks, RawPublish, StateAcks, subscribe_direct
 from gateway.uplink import UplinkMonitor
 
 log = structlog.get_logger("mavjet.nats")
@@ -66,7 +67,7 @@ def _limit_nats_read_size(nc: Client) -> None:
         limit_read_size(writer.transport)
 
 
-class Publisher:
+class Publisher(EventPublishing):
     def __init__(self, cfg: GatewayConfig, spool: Spool, metrics: GatewayMetrics) -> None:
         self.cfg = cfg
         self.spool = spool
@@ -115,10 +116,6 @@ class Publisher:
     def events_waiting(self) -> bool:
         """Events handed over and not yet published: queued for the spool, or in it."""
         return bool(self._pending_events) or self.spool.depth > 0
-
-    @property
-    def is_connected(self) -> bool:
-        return self.nc is not None and self.nc.is_connected
 
     # -- connection --------------------------------------------------------
     async def _on_disconnected(self) -> None:
@@ -298,139 +295,6 @@ class Publisher:
             return
         self.state_published += len(cmds)
         self._m_state_sent.inc(len(cmds) - acked)
-
-    # -- events ------------------------------------------------------------
-    def enqueue_event(self, subject: str, msg_id: str, payload: bytes) -> None:
-        """Hot-path safe: hand an event to the spool writer (no I/O here unless the queue is full)."""
-        self._pending_events.append((subject, msg_id, payload))
-        self.events_enqueued += 1
-        self._on_the_way.handed(subject)
-        self._events_ready.set()
-        if len(self._pending_events) >= self.max_pending_events:
-            self._spill()
-
-    def _spill(self) -> None:
-        """The writer is behind: write the queue to the spool now, blocking the loop (nothing is lost).
-
-        Order holds: the spool's one worker thread runs writes in submission
-        order, and the queue holds only events newer than any write under way.
-        """
-        batch = list(self._pending_events)
-        self._pending_events.clear()
-        self.events_spilled += len(batch)
-        self.metrics.errors.labels(where="event_queue_full").inc()
-        log.warning("event_queue_full_spilled", events=len(batch), bound=self.max_pending_events)
-        self._spooled(self.spool.append_sync(batch))
-
-    def _spooled(self, drops: Drops) -> None:
-        # Counted here per write; logged by the spool once per overflow episode.
-        for cls, n in drops.by_class.items():
-            self._m_spool_dropped[cls].inc(n)
-        self.metrics.spool_depth.set(self.spool.depth)
-        self._spool_ready.set()
-
-    async def flush_pending_to_spool(self) -> None:
-        if not self._pending_events:
-            return
-        batch = list(self._pending_events)
-        self._pending_events.clear()
-        self._writing += len(batch)
-        try:
-            self._spooled(await self.spool.append(batch))
-        finally:
-            self._writing -= len(batch)
-
-    async def spool_writer(self) -> None:
-        while True:
-            await self._events_ready.wait()
-            self._events_ready = anyio.Event()
-            await self.flush_pending_to_spool()
-
-    async def drain_spool_once(self) -> int:
-        """Publish spooled events in order until the spool is empty; returns how many."""
-        js = self.js
-        if js is None or not self.is_connected:
-            return 0
-        return await drain_spool(self.spool, js, timeout_s=self.cfg.publish_timeout_s,
-                                 on_acked=self._events_acked, on_error=self._drain_failed,
-                                 on_sent=self._events_sent)
-
-    def _events_sent(self, batch: list[SpoolEntry]) -> None:
-        self._on_the_way.sent(e.subject for e in batch)
-
-    async def publish_event_now(self, subject: str, msg_id: str, payload: bytes) -> bool:
-        """Publish one event to JetStream without the spool; True once the stream has it.
-
-        For command results (docs/commands.md, "Handing the result over").
-        False, with nothing published, when that could reorder the vehicle's
-        events (`gateway.eventorder`) or the connection is down; False after
-        an error or no ack in `publish_timeout_s` too: the caller spools it
-        then, and the stream drops a second copy by its `Nats-Msg-Id`.
-        """
-        js = self.js
-        self._on_the_way.settle(spool_empty=self.spool.opened and self.spool.depth == 0 and not self._writing,
-                                queue_empty=not self._pending_events)
-        if js is None or not self.is_connected or not self._on_the_way.clear(subject):
-            return False
-        hdrs = {"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": msg_id}
-        t0 = time.monotonic()
-        nc, acks = self.nc, self._event_acks
-        if self._raw_ok and acks is not None and nc is not None:
-            error = await self._publish_event_raw(nc, acks, subject, hdrs, payload)
-            if error is not None:
-                self._event_publish_failed(error)
-                return False  # not counted as handed over: the caller hands it to the spool
-        else:
-            try:  # js.publish times the ack out itself (unlike publish_async in the drain)
-                await js.publish(subject, payload, headers=hdrs, timeout=self.cfg.publish_timeout_s)
-            except Exception as exc:  # nats-py raises a wide range; the spool is the way that cannot fail here
-                self._event_publish_failed(f"{type(exc).__name__}: {exc}")
-                return False
-        self.events_enqueued += 1
-        self.events_direct += 1
-        self._events_acked(1, time.monotonic() - t0)
-        return True
-
-    async def _publish_event_raw(self, nc: Client, acks: EventAcks, subject: str, headers: dict[str, str],
-                                 payload: bytes) -> str | None:
-        """`js.publish` with the command on the socket at once (`RawPublish.write_now`); None once stored."""
-        if len(payload) > nc.max_payload:
-            return f"{len(payload)} bytes, over the server's max_payload {nc.max_payload}"
-        reply, fut = acks.add()
-        try:
-            if not RawPublish.write_now(nc, RawPublish.frame_once(subject, reply, headers, payload)):
-                return "no connection"
-            with anyio.move_on_after(self.cfg.publish_timeout_s):
-                ack = await fut
-                return pub_ack_error(ack.data, ack.headers)
-            return f"no ack within {self.cfg.publish_timeout_s} s"
-        finally:
-            acks.discard(reply)
-
-    def _events_acked(self, n: int, elapsed_s: float) -> None:
-        self.metrics.publishes.labels(kind="event", result="acked").inc(n)
-        self.metrics.publish_latency.labels(kind="event").observe(elapsed_s / n)
-        self.events_published += n
-        self.metrics.spool_depth.set(self.spool.depth)
-
-    def _drain_failed(self, exc: Exception) -> None:
-        self._event_publish_failed(f"{type(exc).__name__}: {exc}")
-
-    def _event_publish_failed(self, error: str) -> None:
-        self.metrics.publishes.labels(kind="event", result="error").inc()
-        log.warning("event_publish_failed", error=error, spooled=self.spool.depth)
-
-    async def spool_drainer(self) -> None:
-        backoff = Backoff(initial_s=self.cfg.nats_backoff_initial_s, max_s=self.cfg.nats_backoff_max_s)
-        while True:
-            await self._spool_ready.wait()
-            self._spool_ready = anyio.Event()
-            try:
-                await self.drain_spool_once()
-                backoff.reset()
-            except Exception:
-                self._spool_ready.set()
-                await anyio.sleep(backoff.next_delay_s())
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
