@@ -1,6 +1,8 @@
 """Async byte transports to autopilots: tcp, udp (listen), udpout, serial.
 
-Transports only move bytes; framing is the codec's job. Each `recv()` returns
+Transports only move bytes; framing is the codec's job. TCP links are read
+through the event loop's one epoll (drivers/mavlink/reactor.py) where there is
+one, else through asyncio's transport (`TcpTransport`). Each `recv()` returns
 everything that is ready (a TCP read of up to 64 KiB, or every queued UDP
 datagram drained until EAGAIN) because event-loop wake-ups, not bytes, are
 what limit a Python gateway: reading one datagram per wake-up collapses at
@@ -18,9 +20,11 @@ from typing import Protocol
 
 import anyio
 
+from drivers.mavlink import reactor
 from gateway.contract.errors import ConfigError, LinkError
 
 READ_SIZE = 65536
+assert reactor.READ_SIZE == READ_SIZE
 MAX_DRAIN_DATAGRAMS = 256
 
 
@@ -299,10 +303,42 @@ def limit_read_size(transport: object) -> None:
         transport.max_size = READ_SIZE
 
 
+# Read TCP links through the loop's one epoll (drivers/mavlink/reactor.py) where there is one.
+USE_REACTOR = True
+
+
+async def _open_reactor_tcp(endpoint: Endpoint) -> reactor.ReactorTransport:
+    """Connect to every address of the host in turn; attach the socket to the loop's reactor.
+
+    Raises OSError as `loop.create_connection` does; the caller bounds the time.
+    """
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    error = OSError(f"no address for {endpoint.host}")
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, addr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:  # cancelled (the caller's timeout): no socket left behind
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return reactor.ReactorTransport(endpoint, sock, reactor.Reactor.for_loop(loop), Inbox())
+    raise error
+
+
 async def open_transport(endpoint: Endpoint, *, connect_timeout_s: float) -> Transport:
     """Open a transport, translating OS errors into LinkError."""
     where = str(endpoint)
     try:
+        if endpoint.scheme == "tcp" and reactor.AVAILABLE and USE_REACTOR:
+            with anyio.fail_after(connect_timeout_s):
+                return await _open_reactor_tcp(endpoint)
         if endpoint.scheme == "tcp":
             loop = asyncio.get_running_loop()
             with anyio.fail_after(connect_timeout_s):

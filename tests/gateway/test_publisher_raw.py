@@ -11,6 +11,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from drivers.mavlink import reactor, transport
 from drivers.mavlink.transport import READ_SIZE, Endpoint, TcpTransport, open_transport
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract import envelope
@@ -172,7 +173,8 @@ def test_unanswered_acks_expire_oldest_first() -> None:
     assert len(acks) == 0 and len(errors) == 2 and acked == []
 
 
-async def test_sockets_read_at_most_64_kib_at_a_time(tmp_path: Path, nats_server: NatsServer) -> None:
+async def test_sockets_read_at_most_64_kib_at_a_time(tmp_path: Path, nats_server: NatsServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """asyncio's 256 KiB default read allocates a fresh mmap per read: the gateway's sockets use 64 KiB."""
     pub = _publisher(tmp_path, nats_server.url, ack_every=10)
     async with anyio.create_task_group() as tg:
@@ -186,6 +188,8 @@ async def test_sockets_read_at_most_64_kib_at_a_time(tmp_path: Path, nats_server
     assert nc is not None
     await nc.close()
     pub.spool.close()
+    assert reactor.READ_SIZE == READ_SIZE  # vehicle links read by the loop's epoll (drivers/mavlink/reactor.py)
+    monkeypatch.setattr(transport, "USE_REACTOR", False)  # and through asyncio's transport without one
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     async with listener:
