@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections import Counter
 
 import anyio
@@ -10,7 +12,7 @@ import pytest
 
 from drivers.mavlink import reactor
 from drivers.mavlink.reactor import Reactor, ReactorTransport
-from drivers.mavlink.transport import Endpoint, open_transport
+from drivers.mavlink.transport import Endpoint, Inbox, open_transport
 from gateway.contract.errors import LinkError
 
 pytestmark = pytest.mark.skipif(not reactor.AVAILABLE, reason="epoll is Linux only")
@@ -22,26 +24,11 @@ async def _open(port: int) -> ReactorTransport:
     return t
 
 
-async def test_links_are_read_a_slice_per_pass_each_into_its_own_sink(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reactor, "MAX_READS_PER_PASS", 4)
-    n = 20
-    finished = 0
-
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal finished
-        i = (await r.readexactly(3)).decode()
-        w.write(f"hello-{i}".encode())
-        await w.drain()
-        await r.read()  # until the client closes
-        w.close()
-        await w.wait_closed()
-        finished += 1
-
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    links = [await _open(port) for _ in range(n)]
-    r = Reactor.for_loop(asyncio.get_running_loop())
-    assert len(r) == n
+async def _read_all(pairs: list[tuple[socket.socket, socket.socket]]) -> tuple[dict[int, bytes], list[int], Reactor]:
+    """Attach one end of each pair, make every link ready at once, read them; (bytes per link, pass per read)."""
+    loop = asyncio.get_running_loop()
+    r = Reactor.for_loop(loop)
+    links = [ReactorTransport(Endpoint.parse(f"tcp:127.0.0.1:{i + 1}"), a, r, Inbox()) for i, (a, _) in enumerate(pairs)]
     got: dict[int, bytes] = {}
     pass_of: list[int] = []
     try:
@@ -50,23 +37,37 @@ async def test_links_are_read_a_slice_per_pass_each_into_its_own_sink(monkeypatc
                 got[i] = got.get(i, b"") + data
                 pass_of.append(r.passes)
             t.start_reading(sink)
-        # Every peer answers at once: then all 20 sockets are ready together.
-        for i, t in enumerate(links):
-            await t.send(f"{i:03d}".encode())
+        for i, (_, b) in enumerate(pairs):
+            b.send(f"hello-{i:03d}".encode())
+        time.sleep(0.05)  # noqa: ASYNC251 (on purpose: the loop is busy elsewhere, every link gets ready)
         with anyio.fail_after(5):
-            while len(got) < n or any(len(v) < 9 for v in got.values()):  # bounded by fail_after
-                await anyio.sleep(0.01)
+            while len(got) < len(pairs):  # bounded by fail_after
+                await anyio.sleep(0.005)
     finally:
         for t in links:
             await t.aclose()
-        with anyio.fail_after(5):
-            while finished < n:  # each peer saw its link close; bounded by fail_after
-                await anyio.sleep(0.01)
-        server.close()
-        await server.wait_closed()
-    assert got == {i: f"hello-{i:03d}".encode() for i in range(n)}
-    assert max(Counter(pass_of).values()) <= 4  # never more reads in one pass than the slice
+        for _, b in pairs:
+            b.close()
+    return got, pass_of, r
+
+
+async def test_a_pass_reads_a_slice_when_the_loop_was_busy_for_less(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reactor, "MAX_READS_PER_PASS", 4)
+    monkeypatch.setattr(reactor, "MAX_SLICE_S", 0.0)  # never more than one slice a pass
+    pairs = [socket.socketpair() for _ in range(20)]
+    got, pass_of, r = await _read_all(pairs)
+    assert got == {i: f"hello-{i:03d}".encode() for i in range(20)}  # each link's bytes in its own sink
+    assert max(Counter(pass_of).values()) == 4  # a slice a pass, the rest left ready for the next
     assert len(r) == 0 and id(asyncio.get_running_loop()) not in Reactor._by_loop  # closed with its last link
+
+
+async def test_a_pass_reads_as_long_as_the_rest_of_the_loop_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reactor, "MAX_READS_PER_PASS", 4)
+    pairs = [socket.socketpair() for _ in range(20)]
+    got, pass_of, _ = await _read_all(pairs)
+    assert len(got) == 20
+    # The loop was away 50 ms: the reactor's turn may read that long, slice after slice, so all 20 in one pass.
+    assert len(Counter(pass_of)) == 1
 
 
 async def test_eof_ends_the_link_and_a_failing_sink_hurts_no_other_link() -> None:
