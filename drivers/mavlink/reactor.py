@@ -10,12 +10,13 @@ and stops after a slice once it has read for as long as the rest of the
 loop ran since its last turn (at most `MAX_SLICE_S`). The others stay ready
 (level-triggered; the kernel hands them out in turn) and are read in the
 next pass, after whatever else was due. So a pass stays short while the
-gateway keeps up. Once most recent turns ended with sockets still ready
-(overload), a turn may read three times as long as the rest of the loop
-ran (`OVERLOAD_READ_SHARE`): at twice the knee, one fixed slice a pass
-stored 77 % of the knee's state rate, an even share 83 to 88 %, and this
-share 97 % (95 to 97 % with asyncio's transports, which read every ready
-socket in one pass, at twice the p99). A read costs less too: no
+gateway keeps up, and under overload reading and the rest of the loop (the
+state tick, the NATS acks, the links' timers) share it about evenly, the
+balance the state tick keeps from its side too (gateway/daemon.py
+`_StepBudget`). At twice the knee that stores 83 to 88 % of the knee's state
+rate (one fixed slice a pass: 77 %; asyncio's transports, which read every
+ready socket in one pass: 95 to 97 %, at about twice the p99); see
+docs/performance.md for what a larger share did. A read costs less too: no
 handle, no chain of transport methods, the bytes go straight to the link's
 sink (drivers/mavlink/link.py `_on_bytes`).
 
@@ -47,11 +48,6 @@ log = structlog.get_logger("mavjet.link")
 AVAILABLE = hasattr(select, "epoll")
 MAX_READS_PER_PASS = 128  # a slice: ~5 ms at ~40 µs a read (decode, normalise, pack)
 MAX_SLICE_S = 0.050  # the longest a pass reads, however long the rest of the loop took
-READ_SHARE = 1.0  # a pass reads up to this many times as long as the rest of the loop ran since the last
-# Overloaded (most recent turns ended with sockets still ready): reading gets this share instead, which
-# keeps the stored state rate at twice the knee (docs/performance.md); counted over BEHIND_TURNS turns.
-OVERLOAD_READ_SHARE = 3.0
-BEHIND_TURNS = 16
 WRITE_HIGH_WATER = 64 * 1024
 READ_SIZE = 65536  # as drivers/mavlink/transport.py (which checks they agree): a vehicle's read is a few hundred bytes
 
@@ -67,7 +63,6 @@ class Reactor:
         self._links: dict[int, ReactorTransport] = {}
         self.passes = 0  # callbacks run, for tests and diagnosis
         self._slice_end = time.perf_counter()  # when the last callback ended
-        self.behind = 0  # 0..BEHIND_TURNS: up one for a turn that left sockets ready, down one for one that did not
         loop.add_reader(self._ep.fileno(), self._read_ready)
 
     @classmethod
@@ -101,8 +96,7 @@ class Reactor:
         # Per read at thousands of vehicles: locals, and nothing that is not needed.
         self.passes += 1
         now = time.perf_counter()
-        share = OVERLOAD_READ_SHARE if self.behind * 2 >= BEHIND_TURNS else READ_SHARE
-        deadline = now + min(MAX_SLICE_S, share * (now - self._slice_end))
+        deadline = now + min(MAX_SLICE_S, now - self._slice_end)
         links = self._links
         ep = self._ep
         while True:
@@ -128,13 +122,7 @@ class Reactor:
                     link.deliver(data)
                 except Exception:  # the link's sink catches its own; this keeps one vehicle from stopping the rest
                     log.exception("link_sink_failed", endpoint=str(link.endpoint))
-            if len(events) < MAX_READS_PER_PASS:
-                if self.behind:
-                    self.behind -= 1
-                break
-            if time.perf_counter() >= deadline:
-                if self.behind < BEHIND_TURNS:
-                    self.behind += 1
+            if len(events) < MAX_READS_PER_PASS or time.perf_counter() >= deadline:
                 break
         self._slice_end = time.perf_counter()
 
