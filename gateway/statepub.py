@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 from nats.aio.client import Client
+from nats.aio.transport import Transport as NatsTransport
 
 log = structlog.get_logger("mavjet.nats")
 
@@ -77,20 +78,18 @@ class RawPublish:
     def write_now(nc: Client, cmd: bytes) -> bool:
         """Append one command to the client's buffer and hand the whole buffer to the socket now.
 
-        For a command result (`Publisher.publish_event_now`): `write` wakes the
-        client's flusher, one more pass of an event loop busy with a thousand
-        vehicles before the bytes leave. The buffer goes out whole and in
-        order, so nothing queued before it is overtaken. False, with nothing
-        written, without a transport (the caller publishes another way).
+        For a command result (`Publisher.publish_event_now`). Unlike `write`
+        it does not wait for the socket to keep up: behind a backlog the
+        transport buffers the result, after everything queued before it, so
+        nothing is overtaken. False, with nothing written, without a
+        transport (the caller publishes another way).
         """
         transport = getattr(nc, "_transport", None)
         if transport is None:
             return False
-        pending = nc._pending
-        pending.append(cmd)
-        nc._pending, nc._pending_data_size = [], 0
+        nc._pending.append(cmd)
         nc.stats["out_msgs"] += 1
-        transport.writelines(pending)
+        _send_pending(nc, transport)
         return True
 
     @staticmethod
@@ -111,13 +110,18 @@ class RawPublish:
         nc.stats["out_msgs"] += len(cmds)
         transport = nc._transport
         if transport is not None and _socket_keeps_up(nc):
-            pending = nc._pending
-            nc._pending, nc._pending_data_size = [], 0
-            transport.writelines(pending)
+            _send_pending(nc, transport)
         elif nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
             await nc._flush_pending(force_flush=True)
         elif nc._flush_queue is not None and nc._flush_queue.empty():
             await nc._flush_pending()
+
+
+def _send_pending(nc: Client, transport: NatsTransport) -> None:
+    """Hand the client's whole buffer to its transport, in order, and empty it (what the flusher does, minus the wait)."""
+    pending = nc._pending
+    nc._pending, nc._pending_data_size = [], 0
+    transport.writelines(pending)
 
 
 def _socket_keeps_up(nc: Client) -> bool:
@@ -141,7 +145,7 @@ class DirectDelivery:
     runs in the read task itself, so it must be quick, must not block, and
     must not raise (an exception would end nats-py's read task): one that
     does is logged and the next message is handled all the same.
-    `subscribe_direct` installs it; `tests/gateway/test_publisher_direct.py`
+    `subscribe_direct` installs it; `tests/gateway/test_direct_delivery.py`
     holds it to nats-py's behaviour.
     """
 

@@ -49,7 +49,7 @@ AVAILABLE = hasattr(select, "epoll")
 MAX_READS_PER_PASS = 128  # a slice: ~5 ms at ~40 µs a read (decode, normalise, pack)
 MAX_SLICE_S = 0.050  # the longest a pass reads, however long the rest of the loop took
 WRITE_HIGH_WATER = 64 * 1024
-READ_SIZE = 65536  # as drivers/mavlink/transport.py (which checks they agree): a vehicle's read is a few hundred bytes
+READ_SIZE = 65536  # every transport's read (drivers/mavlink/transport.py takes it from here); a vehicle's is a few hundred bytes
 
 
 class Reactor:
@@ -139,8 +139,7 @@ class ReactorTransport:
         self._loop = reactor._loop
         self._inbox = inbox
         self.deliver: Callable[[bytes], None] = self._inbox.deliver
-        self._wbuf = bytearray()
-        self._writing = False
+        self._wbuf = bytearray()  # not empty: the loop's writer callback is registered
         self._below_high_water = asyncio.Event()
         self._below_high_water.set()
         self._flushed = asyncio.Event()  # nothing waits in the write buffer
@@ -172,7 +171,7 @@ class ReactorTransport:
 
     # -- writing -------------------------------------------------------------
     async def send(self, data: bytes) -> None:
-        if self._lost_reason is not None or self._inbox.closed.done():
+        if self._lost_reason is not None:
             raise LinkError(str(self.endpoint), "connection is closed")
         if not self._wbuf:
             try:
@@ -187,7 +186,6 @@ class ReactorTransport:
             self._wbuf += memoryview(data)[n:]
             self._flushed.clear()
             self._loop.add_writer(self.fd, self._write_ready)
-            self._writing = True
         else:
             self._wbuf += data
         if len(self._wbuf) > WRITE_HIGH_WATER:
@@ -207,16 +205,14 @@ class ReactorTransport:
         del self._wbuf[:n]
         if not self._wbuf:
             self._loop.remove_writer(self.fd)
-            self._writing = False
             self._flushed.set()
         if len(self._wbuf) <= WRITE_HIGH_WATER:
             self._below_high_water.set()
 
     # -- closing -------------------------------------------------------------
     def _stop_io(self) -> None:
-        if self._writing:
+        if self._wbuf:
             self._loop.remove_writer(self.fd)
-            self._writing = False
         self._reactor.detach(self)
 
     async def aclose(self) -> None:

@@ -23,8 +23,7 @@ import anyio
 from drivers.mavlink import reactor
 from gateway.contract.errors import ConfigError, LinkError
 
-READ_SIZE = 65536
-assert reactor.READ_SIZE == READ_SIZE
+READ_SIZE = reactor.READ_SIZE  # 64 KiB
 MAX_DRAIN_DATAGRAMS = 256
 
 
