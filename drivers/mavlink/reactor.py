@@ -6,17 +6,19 @@ sockets and held the loop 45 to 170 ms (a hook in `mavjet bench ingest`); the
 state tick and the NATS acks waited behind it, which was most of a state
 sample's p99. Here the event loop watches one descriptor, this epoll's, and
 its callback reads the ready sockets in slices of `MAX_READS_PER_PASS`,
-and stops after a slice once it has read for as long as the rest of the
-loop ran since its last turn (at most `MAX_SLICE_S`). The others stay ready
-(level-triggered; the kernel hands them out in turn) and are read in the
-next pass, after whatever else was due. So a pass stays short while the
-gateway keeps up, and under overload reading and the rest of the loop (the
-state tick, the NATS acks, the links' timers) share it about evenly, the
-balance the state tick keeps from its side too (gateway/daemon.py
-`_StepBudget`). At twice the knee that stores 83 to 88 % of the knee's state
-rate (one fixed slice a pass: 77 %; asyncio's transports, which read every
-ready socket in one pass: 95 to 97 %, at about twice the p99); see
-docs/performance.md for what a larger share did. A read costs less too: no
+and stops after a slice once it has read for `share` times as long as the
+rest of the loop ran since its last turn (at most `MAX_SLICE_S`). The
+others stay ready (level-triggered; the kernel hands them out in turn) and
+are read in the next pass, after whatever else was due. The share is even
+(1) while passes read every ready socket, which is how a gateway that keeps
+up runs, so a pass stays short and the state tick and the NATS acks wait
+little. Each pass that leaves sockets ready raises it by 5 %, up to 3, and
+each pass that drains lowers it by 3 %: under overload reading gets up to
+three quarters of the loop, so the state tick finds the newest samples
+instead of leaving them in the kernel. At twice the knee that stores 94.6 %
+of the knee's state rate (an even share: 83 to 88 %; asyncio's transports,
+which read every ready socket in one pass: 95 to 97 %, at about twice the
+p99); docs/performance.md has the figures. A read costs less too: no
 handle, no chain of transport methods, the bytes go straight to the link's
 sink (drivers/mavlink/link.py `_on_bytes`).
 
@@ -48,6 +50,12 @@ log = structlog.get_logger("mavjet.link")
 AVAILABLE = hasattr(select, "epoll")
 MAX_READS_PER_PASS = 128  # a slice: ~5 ms at ~40 µs a read (decode, normalise, pack)
 MAX_SLICE_S = 0.050  # the longest a pass reads, however long the rest of the loop took
+# The read share: a pass reads for up to `share` times as long as the rest of the loop ran.
+# It rises while passes end with sockets still ready and decays while they drain (see _read_ready).
+MIN_READ_SHARE = 1.0
+MAX_READ_SHARE = 3.0
+SHARE_UP = 1.05  # per pass that ends with sockets still ready
+SHARE_DOWN = 0.97  # per pass that read every ready socket
 WRITE_HIGH_WATER = 64 * 1024
 READ_SIZE = 65536  # every transport's read (drivers/mavlink/transport.py takes it from here); a vehicle's is a few hundred bytes
 
@@ -63,6 +71,7 @@ class Reactor:
         self._links: dict[int, ReactorTransport] = {}
         self.passes = 0  # callbacks run, for tests and diagnosis
         self._slice_end = time.perf_counter()  # when the last callback ended
+        self.share = MIN_READ_SHARE  # how long a pass may read, in units of the rest of the loop's time
         loop.add_reader(self._ep.fileno(), self._read_ready)
 
     @classmethod
@@ -96,9 +105,10 @@ class Reactor:
         # Per read at thousands of vehicles: locals, and nothing that is not needed.
         self.passes += 1
         now = time.perf_counter()
-        deadline = now + min(MAX_SLICE_S, now - self._slice_end)
+        deadline = now + min(MAX_SLICE_S, (now - self._slice_end) * self.share)
         links = self._links
         ep = self._ep
+        drained = False
         while True:
             try:
                 events = ep.poll(0, MAX_READS_PER_PASS)
@@ -122,8 +132,19 @@ class Reactor:
                     link.deliver(data)
                 except Exception:  # the link's sink catches its own; this keeps one vehicle from stopping the rest
                     log.exception("link_sink_failed", endpoint=str(link.endpoint))
-            if len(events) < MAX_READS_PER_PASS or time.perf_counter() >= deadline:
+            if len(events) < MAX_READS_PER_PASS:
+                drained = True
                 break
+            if time.perf_counter() >= deadline:
+                break
+        # Multiplicative both ways: at equilibrium about two passes in five end with
+        # sockets still ready (ln 1/0.97 : ln 1.05). A fleet the loop keeps up with drains
+        # nearly every pass and stays at an even share; under overload the share climbs and
+        # reading, which is what lets the state tick keep the newest sample, gets more of the loop.
+        if drained:
+            self.share = max(MIN_READ_SHARE, self.share * SHARE_DOWN)
+        else:
+            self.share = min(MAX_READ_SHARE, self.share * SHARE_UP)
         self._slice_end = time.perf_counter()
 
 

@@ -70,6 +70,43 @@ async def test_a_pass_reads_as_long_as_the_rest_of_the_loop_ran(monkeypatch: pyt
     assert len(Counter(pass_of)) == 1
 
 
+async def test_the_read_share_climbs_while_passes_leave_sockets_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reactor, "MAX_READS_PER_PASS", 4)
+    monkeypatch.setattr(reactor, "MAX_SLICE_S", 0.0)  # one slice a pass: ten passes end with links still ready
+    monkeypatch.setattr(reactor, "MAX_READ_SHARE", 1.3)
+    pairs = [socket.socketpair() for _ in range(40)]
+    got, pass_of, r = await _read_all(pairs)
+    assert len(got) == 40 and len(Counter(pass_of)) == 10
+    assert r.share == pytest.approx(1.3)  # 1.05 ** 10 would be 1.63: the cap holds
+
+
+async def test_the_read_share_decays_to_even_while_every_pass_drains() -> None:
+    a, b = socket.socketpair()
+    r = Reactor.for_loop(asyncio.get_running_loop())
+    link = ReactorTransport(Endpoint.parse("tcp:127.0.0.1:1"), a, r, Inbox())
+    got: list[bytes] = []
+    link.start_reading(got.append)
+    r.share = 2.0  # as after an overload
+    try:
+        for i in range(15):  # one link, one message a pass: every pass drains
+            b.send(b"x")
+            with anyio.fail_after(5):
+                while len(got) <= i:  # bounded by fail_after
+                    await anyio.sleep(0.001)
+        # At least 15 drained passes (a spurious wake-up that finds nothing drains too), never below even.
+        assert reactor.MIN_READ_SHARE <= r.share <= 2.0 * reactor.SHARE_DOWN**15 + 1e-9
+        for _ in range(60):
+            b.send(b"x")
+            await anyio.sleep(0.001)
+        with anyio.fail_after(5):
+            while sum(map(len, got)) < 75:  # bounded by fail_after
+                await anyio.sleep(0.001)
+        assert r.share == reactor.MIN_READ_SHARE  # 2.0 * 0.97 ** 75 is below it: the floor holds
+    finally:
+        await link.aclose()
+        b.close()
+
+
 async def test_eof_ends_the_link_and_a_failing_sink_hurts_no_other_link() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await r.readexactly(1)
