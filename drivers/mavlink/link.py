@@ -1,9 +1,11 @@
 """A live MAVLink link to one vehicle: the real `MavPort`.
 
 It owns the transport (reconnecting with capped, jittered backoff), the codec,
-the gateway's 1 Hz HEARTBEAT as an onboard controller, the stream requests
-(SET_MESSAGE_INTERVAL, with REQUEST_DATA_STREAM as the fallback ArduPilot SITL
-needs), and link-loss detection by heartbeat timeout. Decoded messages go to
+the gateway's 1 Hz HEARTBEAT as an onboard controller, link-loss detection by
+heartbeat timeout, and a `StreamKeeper` for the stream requests
+(drivers/mavlink/streamkeeper.py). The heartbeat, the watchdog and the stream
+check run on the event loop's one timer for every link
+(drivers/mavlink/chores.py), not in tasks of their own. Decoded messages go to
 one synchronous callback in batches (the hot path) and to any bounded
 listeners (protocol runners). The gateway does not use a link directly: it
 talks to the vehicle's `drivers.mavlink.session.Session`, which owns the link.
@@ -11,11 +13,13 @@ talks to the vehicle's `drivers.mavlink.session.Session`, which owns the link.
 Routing (gateway/routes.py) taps the whole frames received, as bytes
 (`tap_frames`), and injects frames as they are (`send_raw`): the `FrameTap`
 seam. The module is a little over 400 lines because the link's reconnect,
-keep-alive, stream and tap duties share its transport and state.
+keep-alive and tap duties share its transport and state.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,10 +34,12 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.backoff import Backoff
+from drivers.mavlink.chores import Chores
 from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, ConstantMessage, MavCodec
 from drivers.mavlink.dialect import MavMessage, mavlink2
 from drivers.mavlink.router import FrameSplitter
 from drivers.mavlink.signing import MavSigning
+from drivers.mavlink.streamkeeper import StreamKeeper
 from drivers.mavlink.transport import Endpoint, Transport, open_transport
 from gateway.contract.errors import ConfigError, LinkError
 
@@ -53,21 +59,9 @@ DEFAULT_STREAMS_HZ: dict[str, float] = {
     "HOME_POSITION": 0.2,
 }
 
-# A stream is asked for again after this many of its intervals without a sample (and stream_stale_s).
-STALE_INTERVALS = 2.5
 # What the gateway says it is, once a second on every link: an onboard controller, active.
 GATEWAY_HEARTBEAT = ConstantMessage(mavlink2.MAVLink_heartbeat_message(
     mavlink2.MAV_TYPE_ONBOARD_CONTROLLER, mavlink2.MAV_AUTOPILOT_INVALID, 0, 0, mavlink2.MAV_STATE_ACTIVE, 3))
-
-# REQUEST_DATA_STREAM groups covering the messages above (ArduPilot's mapping).
-_DATA_STREAMS = (
-    (mavlink2.MAV_DATA_STREAM_POSITION, "GLOBAL_POSITION_INT"),
-    (mavlink2.MAV_DATA_STREAM_EXTRA1, "ATTITUDE"),
-    (mavlink2.MAV_DATA_STREAM_EXTRA2, "VFR_HUD"),
-    (mavlink2.MAV_DATA_STREAM_EXTENDED_STATUS, "SYS_STATUS"),
-    (mavlink2.MAV_DATA_STREAM_EXTRA3, "BATTERY_STATUS"),
-)
-
 
 class LinkState(StrEnum):
     CONNECTING = "connecting"
@@ -108,8 +102,8 @@ class LinkCounters:
     connects: int = 0
     disconnects: int = 0
     listener_drops: int = 0
-    stream_requests: int = 0
     send_errors: int = 0
+    heartbeats_skipped: int = 0  # the peer left more than a socket's high water unread
 
 
 OnMessages = Callable[[list[MavMessage], int], None]
@@ -171,7 +165,8 @@ class MavlinkLink:
         self._target_component = 1
         self.last_heartbeat_mono = 0.0
         self._last_seen_mono: dict[str, float] = {}
-        self._interval_supported: bool | None = None
+        self.streams = StreamKeeper(self, streams_hz=config.streams_hz, stale_s=config.stream_stale_s,
+                                    ack_timeout_s=config.heartbeat_timeout_s, last_seen=self._last_seen_mono)
         self._ready = anyio.Event()
         # Raw-frame taps: only when something taps the link does it split frames a second time.
         self._taps: list[OnFrames] = []
@@ -327,17 +322,23 @@ class MavlinkLink:
             self._splitter = FrameSplitter()
             self.codec.resync()  # a connect starts mid-stream: its first partial frame is not link damage
             self.stats.connects += 1
-            self._interval_supported = None
             self._last_seen_mono.clear()
+            self.streams.reset()
             self._set_state(LinkState.CONNECTING if self.last_heartbeat_mono == 0 else LinkState.LOST)
             if not started:
                 task_status.started()
                 started = True
+            # The heartbeat, the watchdog and the stream check run on the loop's one timer
+            # (drivers/mavlink/chores.py), the heartbeat only where the transport can send
+            # without waiting (the epoll TCP links); elsewhere it keeps a task.
+            send_nowait = getattr(transport, "send_nowait", None)
+            chores = _LinkChores(self, send_nowait)
+            Chores.for_loop(asyncio.get_running_loop()).add(chores, time.monotonic())
             try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._heartbeat_loop, name=f"vehicle[{self.name}].link.heartbeat")
-                    tg.start_soon(self._watchdog_loop, name=f"vehicle[{self.name}].link.watchdog")
-                    tg.start_soon(self._stream_loop, name=f"vehicle[{self.name}].link.streams")
+                    if send_nowait is None:
+                        tg.start_soon(self._heartbeat_loop, name=f"vehicle[{self.name}].link.heartbeat")
+                    tg.start_soon(self.streams.run, name=f"vehicle[{self.name}].link.streams")
                     await self._read_loop(transport)
                     tg.cancel_scope.cancel()
                 backoff.reset()
@@ -347,6 +348,7 @@ class MavlinkLink:
                 reasons = sorted({e.reason for e in group.exceptions if isinstance(e, LinkError)})
                 log.warning("link_error", vehicle=self.name, error="; ".join(reasons))
             finally:
+                chores.active = False  # its next run drops it
                 self._transport = None
                 self.stats.disconnects += 1
                 with anyio.CancelScope(shield=True):
@@ -382,80 +384,54 @@ class MavlinkLink:
                 dispatch(msgs, time.time_ns())
 
     async def _heartbeat_loop(self) -> None:
+        # Only for a transport that cannot send without waiting (UDP, serial, asyncio's TCP).
         t = self._transport
         while t is not None:
             await t.send(self.codec.encode_constant(GATEWAY_HEARTBEAT))
             await anyio.sleep(self.config.heartbeat_interval_s)
 
-    async def _watchdog_loop(self) -> None:
-        # Sleep until the heartbeat deadline rather than polling: one wake-up
-        # per timeout period per vehicle matters at a thousand vehicles.
-        timeout = self.config.heartbeat_timeout_s
-        while True:
-            if self.state is LinkState.UP:
-                remaining = timeout - (time.monotonic() - self.last_heartbeat_mono)
-                if remaining <= 0:
-                    self._set_state(LinkState.LOST)
-                    remaining = timeout
-            else:
-                remaining = timeout / 2
-            await anyio.sleep(remaining + 0.01)
 
-    async def _stream_loop(self) -> None:
-        """Ask for the streams we need; ask again for any that went quiet (e.g. after a reboot)."""
-        await self._ready.wait()
-        last_request: dict[str, float] = {}
-        # A stream is quiet when it missed a few of its own intervals, never sooner than
-        # stream_stale_s: HOME_POSITION at 0.2 Hz against a 5 s bound was asked for again
-        # whenever a check fell just before its next sample (and always with a shorter bound).
-        quiet_s = {name: max(self.config.stream_stale_s, STALE_INTERVALS / hz)
-                   for name, hz in self.config.streams_hz.items()}
-        while True:
-            if self.state is LinkState.UP:
-                now = time.monotonic()
-                stale = [
-                    name for name, limit in quiet_s.items()
-                    if now - self._last_seen_mono.get(name, 0.0) > limit
-                    and now - last_request.get(name, 0.0) > limit
-                ]
-                if stale:
-                    await self._request_streams(stale)
-                    for name in stale:
-                        last_request[name] = now
-            await anyio.sleep(self.config.stream_check_interval_s)
+class _LinkChores:
+    """A connected link's heartbeat, watchdog and stream check, run by the loop's `Chores`.
 
-    async def _request_streams(self, names: list[str]) -> None:
-        self.stats.stream_requests += 1
-        ts, tc = self._target_system, self._target_component
-        if self._interval_supported is not False:
-            acks = 0
-            async with self.listen(64) as inbox:
-                for name in names:
-                    msg_id = getattr(mavlink2, f"MAVLINK_MSG_ID_{name}")
-                    interval_us = int(1e6 / self.config.streams_hz[name])
-                    await self.send(
-                        mavlink2.MAVLink_command_long_message(
-                            ts, tc, mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL, 0, msg_id, interval_us, 0, 0, 0, 0, 0
-                        )
-                    )
-                with anyio.move_on_after(self.config.heartbeat_timeout_s):
-                    async for msg in inbox:
-                        if msg._type == "COMMAND_ACK" and msg.command == mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL:
-                            if msg.result == mavlink2.MAV_RESULT_ACCEPTED:
-                                acks += 1
-                                if acks >= len(names):
-                                    break
-                            else:
-                                self._interval_supported = False
-                                break
-            if acks:
-                self._interval_supported = True
-                if acks >= len(names):
-                    return
+    The heartbeat goes out every `heartbeat_interval_s` through `send_nowait`
+    (None: the link's heartbeat task sends it); one the transport cannot take
+    now (its peer left more than the high water unread) is skipped and
+    counted. The watchdog calls the link lost once no vehicle heartbeat came
+    for `heartbeat_timeout_s`; every `stream_check_interval_s` the stream
+    keeper is told to look for quiet streams.
+    """
+
+    __slots__ = ("_link", "_next_heartbeat", "_next_stream_check", "_send", "active")
+
+    def __init__(self, link: MavlinkLink, send_nowait: Callable[[bytes], bool] | None) -> None:
+        self._link = link
+        self._send = send_nowait
+        now = time.monotonic()
+        self._next_heartbeat = now if send_nowait is not None else math.inf
+        self._next_stream_check = now + link.config.stream_check_interval_s
+        self.active = True  # false once the connection ends: the next run drops the job
+
+    def run(self, now: float) -> float | None:
+        if not self.active:
+            return None
+        link = self._link
+        cfg = link.config
+        if self._send is not None and now >= self._next_heartbeat:
+            if not self._send(link.codec.encode_constant(GATEWAY_HEARTBEAT)):
+                link.stats.heartbeats_skipped += 1
+            self._next_heartbeat += cfg.heartbeat_interval_s
+            if self._next_heartbeat <= now:  # ran late by more than an interval: no burst to catch up
+                self._next_heartbeat = now + cfg.heartbeat_interval_s
+        due = self._next_heartbeat
+        if link.state is LinkState.UP:
+            remaining = cfg.heartbeat_timeout_s - (now - link.last_heartbeat_mono)
+            if remaining <= 0:
+                link._set_state(LinkState.LOST)
             else:
-                self._interval_supported = False
-        # Fallback: the older, coarser REQUEST_DATA_STREAM.
-        for stream_id, rep in _DATA_STREAMS:
-            hz = max(1, round(self.config.streams_hz.get(rep, 1.0)))
-            await self.send(mavlink2.MAVLink_request_data_stream_message(ts, tc, stream_id, hz, 1))
-        log.info("streams_requested", vehicle=self.name, method="REQUEST_DATA_STREAM", messages=names)
+                due = min(due, now + remaining + 0.01)
+        if now >= self._next_stream_check:
+            self._next_stream_check = now + cfg.stream_check_interval_s
+            if link.state is LinkState.UP:
+                link.streams.check(now)
+        return min(due, self._next_stream_check)

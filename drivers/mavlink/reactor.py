@@ -194,26 +194,39 @@ class ReactorTransport:
     async def send(self, data: bytes) -> None:
         if self._lost_reason is not None:
             raise LinkError(str(self.endpoint), "connection is closed")
-        if not self._wbuf:
-            try:
-                n = self._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError as exc:
-                self.lost(f"write failed: {exc.strerror or exc}")
-                raise LinkError(str(self.endpoint), f"write failed: {exc}") from exc
-            if n == len(data):
-                return
-            self._wbuf += memoryview(data)[n:]
-            self._flushed.clear()
-            self._loop.add_writer(self.fd, self._write_ready)
-        else:
-            self._wbuf += data
+        self._write(data)
         if len(self._wbuf) > WRITE_HIGH_WATER:
             self._below_high_water.clear()
             await self._below_high_water.wait()
-            if self._lost_reason is not None:
-                raise LinkError(str(self.endpoint), self._lost_reason)
+        if self._lost_reason is not None:
+            raise LinkError(str(self.endpoint), self._lost_reason)
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Send without waiting (a link's heartbeat, drivers/mavlink/chores.py).
+
+        False, and nothing sent, when the link is closed or more than
+        `WRITE_HIGH_WATER` bytes already wait for a peer that does not read.
+        """
+        if self._lost_reason is not None or len(self._wbuf) > WRITE_HIGH_WATER:
+            return False
+        self._write(data)
+        return self._lost_reason is None
+
+    def _write(self, data: bytes) -> None:
+        if self._wbuf:
+            self._wbuf += data
+            return
+        try:
+            n = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self.lost(f"write failed: {exc.strerror or exc}")
+            return
+        if n < len(data):
+            self._wbuf += memoryview(data)[n:]
+            self._flushed.clear()
+            self._loop.add_writer(self.fd, self._write_ready)
 
     def _write_ready(self) -> None:
         try:

@@ -250,7 +250,7 @@ async def test_streams_fall_back_to_request_data_stream(provisioned: Client, nat
         async with running_gateway(cfg) as gw:
             twin = gw.twins["VID-001"]
             await wait_for(lambda: twin.link.codec.stats.by_type.get("GLOBAL_POSITION_INT", 0) > 20, 20)
-            assert twin.link._interval_supported is False
+            assert twin.link.streams.interval_supported is False
             assert any(e.command == m.MAV_CMD_SET_MESSAGE_INTERVAL and not e.executed for e in v.executions)
             await wait_for(lambda: "position" in twin.model.channels and "attitude" in twin.model.channels, 10)
 
