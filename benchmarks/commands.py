@@ -36,7 +36,8 @@ from gateway.commands.consumer import CommandService
 from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
-from gateway.daemon import Gateway, tune_process
+from gateway.daemon import Gateway
+from gateway.entry import tune_process
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision

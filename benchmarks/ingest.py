@@ -29,7 +29,8 @@ from gateway.config import GatewayConfig, VehicleConfig
 from gateway.contract.envelope import unpack
 from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import EVENTS_STREAM
-from gateway.daemon import Gateway, tune_process
+from gateway.daemon import Gateway
+from gateway.entry import tune_process
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.uplink import UplinkConfig

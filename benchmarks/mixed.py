@@ -36,7 +36,7 @@ from benchmarks.compare import ref_worktree
 from benchmarks.kit import nats_and_sim, report
 from benchmarks.mixedproc import commands_at_rate, run_process, with_baseline
 from gateway import logs
-from gateway.daemon import tune_process
+from gateway.entry import tune_process
 from gateway.ops.natsserver import NatsServer
 
 ENV = "bench"

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from gateway.config import build_config
-from gateway.daemon import build_parser as gateway_parser
+from gateway.entry import build_parser as gateway_parser
 from gateway.ops.monitor import build_parser as monitor_parser
 from gateway.ops.natsserver import free_port
 from gateway.ops.provision import build_parser as provision_parser

@@ -84,7 +84,7 @@ def _write_config(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("style", ["equals", "separate"])
 def test_nats_and_env_flags_beat_the_config_file(tmp_path: Path, style: str) -> None:
-    from gateway.daemon import build_parser, config_from_args
+    from gateway.entry import build_parser, config_from_args
 
     path = _write_config(tmp_path)
     argv = (["--config", str(path), "--nats=nats://flag:4222", "--env=flag-env"] if style == "equals"
@@ -95,7 +95,7 @@ def test_nats_and_env_flags_beat_the_config_file(tmp_path: Path, style: str) -> 
 
 
 def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
-    from gateway.daemon import build_parser, config_from_args
+    from gateway.entry import build_parser, config_from_args
 
     path = _write_config(tmp_path)
     with_file = build_parser().parse_args(["--config", str(path)])

@@ -86,7 +86,7 @@ async def test_sigterm_stops_intake_drains_and_exits_zero(
 
 def test_a_gateway_process_hands_the_gil_over_every_millisecond() -> None:
     """`tune_process` (the process entry's settings, applied once ready): the switch interval and a frozen heap."""
-    code = ("import gc, sys; from gateway.daemon import tune_process; before = sys.getswitchinterval(); "
+    code = ("import gc, sys; from gateway.entry import tune_process; before = sys.getswitchinterval(); "
             "tune_process(); print(before, sys.getswitchinterval(), gc.get_freeze_count() > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     before, after, frozen = out.stdout.split()

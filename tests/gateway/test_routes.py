@@ -335,7 +335,7 @@ def test_route_config_parsing() -> None:
         build_config({**raw, "routes": ["tcp:0.0.0.0:5790"]}, nats=None)
     with pytest.raises(ConfigError, match="--route"):
         parse_route("udp:0.0.0.0:14550?bogus=1")
-    from gateway.daemon import build_parser, config_from_args
+    from gateway.entry import build_parser, config_from_args
 
     args = build_parser().parse_args(["--vehicle", "VID-001=tcp:127.0.0.1:5760", "--route", "udp:0.0.0.0:14550",
                                       "--route", "tcp:0.0.0.0:5790?compid=1"])
