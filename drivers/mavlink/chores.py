@@ -25,6 +25,8 @@ from typing import Protocol
 
 import structlog
 
+from drivers.mavlink.perloop import PerLoop
+
 log = structlog.get_logger("mavjet.link")
 
 GRANULARITY_S = 0.01  # a job may run up to this much after its due time, with the others due then
@@ -36,25 +38,16 @@ class Job(Protocol):
         """Do what is due at `now` (time.monotonic); return when next due, or None to be dropped."""
 
 
-class Chores:
-    """The loop's timer for every link's chores. One per event loop (`for_loop`)."""
-
-    _by_loop: dict[int, Chores] = {}
+class Chores(PerLoop):
+    """The loop's timer for every link's chores. One per event loop (`for_loop`), dropped with its last job."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        super().__init__(loop)
         self._heap: list[tuple[float, int, Job]] = []
         self._seq = itertools.count()  # ties keep the order jobs were added in; jobs are never compared
         self._handle: asyncio.TimerHandle | None = None
         self._armed_for = math.inf  # the due time the handle fires for
         self.passes = 0  # for tests and diagnosis
-
-    @classmethod
-    def for_loop(cls, loop: asyncio.AbstractEventLoop) -> Chores:
-        chores = cls._by_loop.get(id(loop))
-        if chores is None or chores._loop is not loop:  # none yet, or a closed loop's whose id came back
-            chores = cls._by_loop[id(loop)] = cls(loop)
-        return chores
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -89,8 +82,8 @@ class Chores:
                 heapq.heappush(heap, (_rounded(max(nxt, now + GRANULARITY_S)), seq, job))
         if heap:
             self._arm(heap[0][0])
-        elif Chores._by_loop.get(id(self._loop)) is self:
-            del Chores._by_loop[id(self._loop)]
+        else:
+            self.forget()
 
 
 def _rounded(t: float) -> float:

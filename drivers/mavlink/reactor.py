@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
+from drivers.mavlink.perloop import PerLoop
 from gateway.contract.errors import LinkError
 
 if TYPE_CHECKING:  # drivers/mavlink/transport.py imports this module
@@ -60,26 +61,17 @@ WRITE_HIGH_WATER = 64 * 1024
 READ_SIZE = 65536  # every transport's read (drivers/mavlink/transport.py takes it from here); a vehicle's is a few hundred bytes
 
 
-class Reactor:
+class Reactor(PerLoop):
     """The loop's epoll of TCP links. One per event loop (`for_loop`), closed with its last link."""
 
-    _by_loop: dict[int, Reactor] = {}
-
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        super().__init__(loop)
         self._ep = select.epoll()
         self._links: dict[int, ReactorTransport] = {}
         self.passes = 0  # callbacks run, for tests and diagnosis
         self._slice_end = time.perf_counter()  # when the last callback ended
         self.share = MIN_READ_SHARE  # how long a pass may read, in units of the rest of the loop's time
         loop.add_reader(self._ep.fileno(), self._read_ready)
-
-    @classmethod
-    def for_loop(cls, loop: asyncio.AbstractEventLoop) -> Reactor:
-        reactor = cls._by_loop.get(id(loop))
-        if reactor is None or reactor._loop is not loop:  # none yet, or a closed loop's whose id came back
-            reactor = cls._by_loop[id(loop)] = cls(loop)
-        return reactor
 
     def __len__(self) -> int:
         return len(self._links)
@@ -98,8 +90,7 @@ class Reactor:
         if not self._links:
             self._loop.remove_reader(self._ep.fileno())
             self._ep.close()
-            if Reactor._by_loop.get(id(self._loop)) is self:
-                del Reactor._by_loop[id(self._loop)]
+            self.forget()
 
     def _read_ready(self) -> None:
         # Per read at thousands of vehicles: locals, and nothing that is not needed.
