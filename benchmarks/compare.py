@@ -8,6 +8,13 @@ their ratio for every numeric figure the two JSON reports share, and writes
 them to `bench-compare-NAME.json`. `mavjet bench ingest --compare REF ...`
 is the same thing for the ingest benchmark.
 
+Both sides drive the same simulated vehicles: the working tree's `sim/` is
+copied into the ref's worktree (`--ref-sim tree`, the default), so a gateway
+is compared with a gateway on the same MAVLink traffic. The simulator only
+imports pymavlink, fastcrc and `gateway.contract.errors`, which every ref
+since the contract package has. `--ref-sim own` runs the ref's own simulator.
+The JSON records a digest of each side's `sim/` sources.
+
 `--new-arg` adds an option to the working tree's side only, for a comparison
 of deployments rather than of code on equal terms: `--new-arg=--uvloop` runs
 today's gateway as the edge hub ran it (asyncio) against the new one as the
@@ -17,8 +24,10 @@ edge hub runs it now (uvloop).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,6 +77,20 @@ def summarise(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) ->
     return out
 
 
+def sim_digest(tree: Path) -> str:
+    """A digest of a tree's simulator sources (`sim/**/*.py`, by relative path and content)."""
+    h = hashlib.sha256()
+    for path in sorted((tree / "sim").rglob("*.py")):
+        h.update(path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def use_tree_sim(root: Path, tree: Path) -> None:
+    """The ref's worktree gets the working tree's simulator, so both sides see the same vehicles."""
+    shutil.rmtree(tree / "sim", ignore_errors=True)
+    shutil.copytree(root / "sim", tree / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+
+
 @contextmanager
 def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
     """(repository root, a temporary worktree of `ref`, its short sha); the worktree is removed after."""
@@ -82,13 +105,19 @@ def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
 
 
 def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
-            cpu_hog: int = 0, new_args: list[str] | None = None) -> int:
+            cpu_hog: int = 0, new_args: list[str] | None = None, ref_sim: str = "tree") -> int:
     new_args = new_args or []
     with ref_worktree(ref) as (root, tree, sha):
+        if ref_sim == "tree":
+            use_tree_sim(root, tree)
+        digests = {"ref": sim_digest(tree), "new": sim_digest(root)}
+        sims: dict[str, Any] = {"ref_sim": ref_sim, "sim_digest": digests}
+        whose = "the working tree's on both sides" if ref_sim == "tree" else "each side its own"
+        print(f"simulator: {whose} (sim/ {digests['ref']} / {digests['new']})", flush=True)
         ref_runs, new_runs = _rounds(ref, sha, name, bench_args, rounds=rounds, root=root, tree=tree,
                                      cpu_hog=cpu_hog, new_args=new_args)
     return _table(ref, sha, name, bench_args, rounds=rounds, cpu_hog=cpu_hog, ref_runs=ref_runs, new_runs=new_runs,
-                  out=out, new_args=new_args)
+                  out=out, new_args=new_args, extra=sims)
 
 
 def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, root: Path, tree: Path,
@@ -117,7 +146,7 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
 
 def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, cpu_hog: int,
            ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]], out: Path | None,
-           new_args: list[str]) -> int:
+           new_args: list[str], extra: dict[str, Any] | None = None) -> int:
     table = summarise(ref_runs, new_runs)
     width = max((len(k) for k in table), default=10) + 2
     if new_args:
@@ -128,7 +157,7 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
         print(f"{key:<{width}} {row['ref']:>18} {row['new']:>14} {ratio:>8}")
     path = out or Path(f"bench-compare-{name}.json")
     path.write_text(json.dumps({"ref": ref, "sha": sha, "benchmark": name, "args": bench_args, "rounds": rounds,
-                                "cpu_hog": cpu_hog, "new_args": new_args,
+                                "cpu_hog": cpu_hog, "new_args": new_args, **(extra or {}),
                                 "ref_runs": ref_runs, "new_runs": new_runs, "summary": table}, indent=2))
     print(f"wrote {path}")
     return 0
@@ -137,7 +166,7 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="mavjet bench compare",
-        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] REF -- NAME [options]",
+        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--ref-sim tree|own] REF -- NAME [options]",
         description="Run a benchmark from a git ref and from the working tree alternately; print both and the ratio.",
         epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
     )
@@ -149,6 +178,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--new-arg", action="append", default=[], metavar="ARG",
                    help="an option for the working tree's side only, repeatable; e.g. --new-arg=--uvloop: "
                         "the edge hub as deployed now against today's on asyncio")
+    p.add_argument("--ref-sim", choices=("tree", "own"), default="tree",
+                   help="the simulated vehicles of the ref's side: the working tree's sim/ (default: both sides "
+                        "see the same traffic) or the ref's own")
     # Everything after `--` is the benchmark's: split before argparse sees it.
     cut = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:cut])
@@ -160,4 +192,4 @@ def main(argv: list[str]) -> int:
     if "--json" in rest:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
     return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
-                   new_args=args.new_arg)
+                   new_args=args.new_arg, ref_sim=args.ref_sim)

@@ -107,7 +107,8 @@ class VehicleModel:
         self._terrain_in_use = opts.terrain_preloaded
         self._terrain_required = False  # the mission holds terrain-frame items (set when a mission is committed)
         self.logs = LogServer(partial(default_logs, opts.sysid))  # dataflash logs served by the log protocol
-        self.schedule = streams.Schedule()
+        # ArduPilot sends a stream's messages of one interval together; PX4 times each on its own.
+        self.schedule = streams.Schedule(bucketed=opts.flavour.name == "ardupilot")
         self.out: list[Any] = []
         self.executions: list[ExecutedCommand] = []
         self.statustexts: deque[tuple[int, str]] = deque(maxlen=200)

@@ -11,9 +11,18 @@ to ask, both honoured here:
   interval wins over the group rate.
 
 `Schedule` is sans-IO: `due(now)` returns the message ids to send at sim
-time `now`, keeping each message on its own fixed cadence (next = previous
-+ interval, so a coarse tick does not erode the rate) and catching up at
-most a few missed slots after a stall instead of bursting.
+time `now`, keeping each stream on a fixed cadence (next = previous +
+interval, so a coarse tick does not erode the rate) and catching up at most
+a few missed slots after a stall instead of bursting.
+
+ArduPilot sends streamed messages from "buckets", one per interval
+(GCS_Common.cpp, `set_ap_message_interval`): a message asked for at an
+interval some bucket already has joins that bucket and its phase, and a
+bucket sends all its messages together when it is due. So ATTITUDE and
+GLOBAL_POSITION_INT, both at 10 Hz, leave in one write however far apart
+they were requested. The heartbeat keeps its own cadence (a "deferred
+message" there). PX4 times each stream on its own (MavlinkStream::update),
+which `bucketed=False` keeps.
 """
 
 from __future__ import annotations
@@ -71,14 +80,16 @@ MAX_CATCH_UP: Final = 3  # slots sent at once after a stall, at most
 class Schedule:
     """Per-vehicle message intervals and due times (sim seconds)."""
 
-    __slots__ = ("_entries", "_group_hz", "_overrides", "next_due")
+    __slots__ = ("_bucketed", "_entries", "_group_hz", "_overrides", "next_due")
 
-    def __init__(self) -> None:
+    def __init__(self, *, bucketed: bool = True) -> None:
+        self._bucketed = bucketed
         self._group_hz: dict[int, float] = {}
         self._overrides: dict[int, float | None] = {HEARTBEAT: 1.0}  # None: disabled
-        # A heap of (next due, msg id, interval): `due` touches only the messages due,
-        # not all a dozen streams, on every call (a large fleet calls it 20k times a second).
-        self._entries: list[tuple[float, int, float]] = []
+        # A heap of (next due, key, interval, msg ids): one entry per bucket (ArduPilot) or per
+        # message (PX4; the heartbeat on both). `due` touches only the entries due, not all a
+        # dozen streams, on every call (a large fleet calls it 20k times a second).
+        self._entries: list[tuple[float, float, float, tuple[int, ...]]] = []
         self.next_due = float("inf")
         self._rebuild(0.0)
 
@@ -126,17 +137,19 @@ class Schedule:
         self._rebuild(now)
 
     def _rebuild(self, now: float) -> None:
-        old = {e[1]: e for e in self._entries}
-        entries: list[tuple[float, int, float]] = []
+        # key: the interval for a bucket, -1 - msg id for a message timed on its own.
+        phase = {e[1]: e[0] for e in self._entries}
+        members: dict[float, list[int]] = {}
+        interval_of: dict[float, float] = {}
         for msg_id in sorted(STREAMABLE):
             iv = self.interval(msg_id)
             if iv is None:
                 continue
-            prev = old.get(msg_id)
-            if prev is not None and prev[2] == iv:
-                entries.append(prev)
-            else:
-                entries.append((now, msg_id, iv))  # first one goes out now
+            key = iv if self._bucketed and msg_id != HEARTBEAT else float(-1 - msg_id)
+            members.setdefault(key, []).append(msg_id)
+            interval_of[key] = iv
+        # A bucket or message that goes on keeps its phase; a new one's first slot is now.
+        entries = [(phase.get(key, now), key, interval_of[key], tuple(ids)) for key, ids in members.items()]
         heapq.heapify(entries)
         self._entries = entries
         self.next_due = entries[0][0] if entries else float("inf")
@@ -144,24 +157,26 @@ class Schedule:
     def due(self, now: float) -> list[int]:
         """Message ids to send at `now` (a message may appear more than once after a stall).
 
-        Messages due at the same time come in message-id order."""
+        Slot by slot; messages due in the same slot come in message-id order."""
         if now < self.next_due:
             return []
-        out: list[int] = []
+        slots: list[tuple[float, int]] = []
         heap = self._entries
         while heap[0][0] <= now:
-            t, msg_id, iv = heap[0]
+            t, key, iv, ids = heap[0]
             n = 0
             while t <= now and n < MAX_CATCH_UP:
-                out.append(msg_id)
+                slots.extend((t, msg_id) for msg_id in ids)
                 t += iv
                 n += 1
             if t <= now:  # fell far behind: resynchronise rather than burst
                 t = now + iv
-            heapq.heapreplace(heap, (t, msg_id, iv))
+            heapq.heapreplace(heap, (t, key, iv, ids))
         self.next_due = heap[0][0]
-        return out
+        if len(slots) > 1:
+            slots.sort()
+        return [msg_id for _, msg_id in slots]
 
     def active(self) -> dict[int, float]:
         """msg id → interval (s) for every message being sent."""
-        return {e[1]: e[2] for e in self._entries}
+        return {msg_id: e[2] for e in self._entries for msg_id in e[3]}

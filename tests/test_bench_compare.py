@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.compare import summarise
+from benchmarks.compare import sim_digest, summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,8 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert len(data["ref_runs"]) == 1 and len(data["new_runs"]) == 1
     assert data["summary"]["vehicles"] == {"ref": 2.0, "new": 2.0, "ratio": 1.0}
     assert "new/ref" in proc.stdout
+    # Both sides drove the working tree's simulator (--ref-sim tree, the default).
+    assert data["ref_sim"] == "tree" and data["sim_digest"]["ref"] == data["sim_digest"]["new"] == sim_digest(ROOT)
     # --new-arg reaches the working tree's side only (the edge hub as deployed now against today's).
     assert data["new_args"] == ["--uvloop"] and "side only: --uvloop" in proc.stdout
     assert (data["ref_runs"][0]["event_loop"], data["new_runs"][0]["event_loop"]) == ("asyncio", "uvloop")

@@ -96,6 +96,43 @@ def test_schedule_after_a_stall_catches_up_a_few_slots_then_resynchronises() -> 
     assert s.next_due == pytest.approx(5.2)
 
 
+def test_schedule_buckets_messages_of_one_interval_together_as_ardupilot_does() -> None:
+    # ArduPilot (GCS_Common.cpp, set_ap_message_interval): a message asked for at an interval a
+    # bucket already has joins that bucket and its phase; the bucket sends its messages together.
+    s = streams.Schedule()
+    s.set_interval(streams.GLOBAL_POSITION_INT, 100_000, 0.0)
+    assert s.due(0.0) == [streams.HEARTBEAT, streams.GLOBAL_POSITION_INT]
+    s.set_interval(streams.ATTITUDE, 100_000, 0.037)  # asked 37 ms later: same bucket, same slots
+    s.set_interval(streams.VFR_HUD, 500_000, 0.05)  # another interval: a bucket of its own
+    assert s.due(0.05) == [streams.VFR_HUD]
+    slots = [(round(k * 0.01, 2), s.due(k * 0.01)) for k in range(6, 300)]  # 10 ms steps to 3 s
+    sent = [(t, ids) for t, ids in slots if ids]
+    together = [t for t, ids in sent if streams.ATTITUDE in ids and streams.GLOBAL_POSITION_INT in ids]
+    alone = [t for t, ids in sent if (streams.ATTITUDE in ids) != (streams.GLOBAL_POSITION_INT in ids)]
+    assert len(together) == 29 and alone == []
+    # On the bucket's slots (k * 0.1 s, polled within 10 ms), not ATTITUDE's own (0.037 + k * 0.1 s).
+    assert all(abs(t * 10 - round(t * 10)) <= 0.1 + 1e-6 for t in together)
+    # Moved to another interval, ATTITUDE leaves the bucket; GLOBAL_POSITION_INT keeps its phase.
+    s.set_interval(streams.ATTITUDE, 500_000, 3.0)
+    assert s.active()[streams.ATTITUDE] == 0.5
+    later = [(round(k * 0.01, 2), s.due(k * 0.01)) for k in range(300, 400)]
+    att = [t for t, ids in later if streams.ATTITUDE in ids]
+    hud = [t for t, ids in later if streams.VFR_HUD in ids]
+    assert att == hud == [3.05, 3.55]  # joined VFR_HUD's bucket
+    gpi = [t for t, ids in later if streams.GLOBAL_POSITION_INT in ids]
+    assert len(gpi) == 10 and all(abs(t * 10 - round(t * 10)) <= 0.1 + 1e-6 for t in gpi)
+
+
+def test_schedule_px4_times_each_message_on_its_own() -> None:
+    s = streams.Schedule(bucketed=False)
+    s.set_interval(streams.GLOBAL_POSITION_INT, 100_000, 0.0)
+    s.set_interval(streams.ATTITUDE, 100_000, 0.037)
+    sent = [(round(k * 0.01, 2), s.due(k * 0.01)) for k in range(1, 100)]
+    att = [t for t, ids in sent if streams.ATTITUDE in ids]
+    gpi = [t for t, ids in sent if streams.GLOBAL_POSITION_INT in ids]
+    assert att[:2] == [0.04, 0.14] and gpi[:2] == [0.01, 0.1]  # 0.0 was not polled: its slot goes at 0.01
+
+
 def test_params_coerce_to_type() -> None:
     assert params.coerce(params.BY_NAME["FENCE_ENABLE"], 2.6) == 3.0
     assert params.coerce(params.BY_NAME["FENCE_ENABLE"], 1000) == 127.0  # INT8 clamps
