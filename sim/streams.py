@@ -160,22 +160,22 @@ class Schedule:
         Slot by slot; messages due in the same slot come in message-id order."""
         if now < self.next_due:
             return []
-        slots: list[tuple[float, int]] = []
+        slots: list[tuple[float, tuple[int, ...]]] = []
         heap = self._entries
         while heap[0][0] <= now:
             t, key, iv, ids = heap[0]
             n = 0
             while t <= now and n < MAX_CATCH_UP:
-                slots.extend((t, msg_id) for msg_id in ids)
+                slots.append((t, ids))
                 t += iv
                 n += 1
             if t <= now:  # fell far behind: resynchronise rather than burst
                 t = now + iv
             heapq.heapreplace(heap, (t, key, iv, ids))
         self.next_due = heap[0][0]
-        if len(slots) > 1:
-            slots.sort()
-        return [msg_id for _, msg_id in slots]
+        if len(slots) == 1:  # nearly always: one bucket, its ids already in order
+            return list(slots[0][1])
+        return [msg_id for _, msg_id in sorted((t, msg_id) for t, ids in slots for msg_id in ids)]
 
     def active(self) -> dict[int, float]:
         """msg id → interval (s) for every message being sent."""
