@@ -24,6 +24,7 @@ from gateway.samples import EnvelopePacker
 from gateway.spool import Spool
 from gateway.statepub import RawPublish, StateAcks
 from gateway.uplink import UplinkConfig
+from tests.support.wait import wait_for_async
 
 
 def _publisher(tmp_path: Path, url: str, *, ack_every: int) -> Publisher:
@@ -71,8 +72,13 @@ async def test_framed_publishes_equal_nc_publish(nats_server: NatsServer, provis
     a, b, c = await _collect(nats_server.url, subject, 3, send)
     assert (a.subject, a.headers, a.data) == (b.subject, b.headers, b.data)
     assert c.data == payload + b"\x00" and c.headers == {"Content-Type": envelope.CONTENT_TYPE}
-    info = await nc.jetstream().stream_info(STATE_STREAM)
-    assert info.state.messages == 3
+    # A core subscriber may see a message before the stream has stored it: wait for the store.
+    js = nc.jetstream()
+
+    async def stored() -> bool:
+        return (await js.stream_info(STATE_STREAM)).state.messages == 3
+
+    await wait_for_async(stored, timeout_s=10, what="3 messages stored")
 
 
 async def test_publish_states_keeps_order_and_acks_every_nth(tmp_path: Path, nats_server: NatsServer,
