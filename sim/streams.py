@@ -138,18 +138,16 @@ class Schedule:
 
     def _rebuild(self, now: float) -> None:
         # key: the interval for a bucket, -1 - msg id for a message timed on its own.
-        phase = {e[1]: e[0] for e in self._entries}
-        members: dict[float, list[int]] = {}
-        interval_of: dict[float, float] = {}
+        phase = {(e[1], e[2]): e[0] for e in self._entries}
+        members: dict[float, tuple[float, list[int]]] = {}
         for msg_id in sorted(STREAMABLE):
             iv = self.interval(msg_id)
             if iv is None:
                 continue
             key = iv if self._bucketed and msg_id != HEARTBEAT else float(-1 - msg_id)
-            members.setdefault(key, []).append(msg_id)
-            interval_of[key] = iv
-        # A bucket or message that goes on keeps its phase; a new one's first slot is now.
-        entries = [(phase.get(key, now), key, interval_of[key], tuple(ids)) for key, ids in members.items()]
+            members.setdefault(key, (iv, []))[1].append(msg_id)
+        # A bucket, or a message at an unchanged interval, keeps its phase; a new one's first slot is now.
+        entries = [(phase.get((key, iv), now), key, iv, tuple(ids)) for key, (iv, ids) in members.items()]
         heapq.heapify(entries)
         self._entries = entries
         self.next_due = entries[0][0] if entries else float("inf")

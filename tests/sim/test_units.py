@@ -131,6 +131,12 @@ def test_schedule_px4_times_each_message_on_its_own() -> None:
     att = [t for t, ids in sent if streams.ATTITUDE in ids]
     gpi = [t for t, ids in sent if streams.GLOBAL_POSITION_INT in ids]
     assert att[:2] == [0.04, 0.14] and gpi[:2] == [0.01, 0.1]  # 0.0 was not polled: its slot goes at 0.01
+    # A new interval starts a new cadence at once, as before the buckets: not at the old one's next slot.
+    assert sorted(s.due(1.02)) == [streams.HEARTBEAT, streams.GLOBAL_POSITION_INT]  # their 1.0 s slots
+    s.set_interval(streams.GLOBAL_POSITION_INT, 50_000, 1.02)  # the old cadence's next slot: 1.1
+    assert s.due(1.02) == [streams.GLOBAL_POSITION_INT]
+    s.set_interval(streams.HEARTBEAT, 200_000, 1.03)  # timed on its own on both flavours; old next: 2.0
+    assert s.due(1.03) == [streams.HEARTBEAT]
 
 
 def test_params_coerce_to_type() -> None:
