@@ -9,7 +9,7 @@ from nats.aio.client import Client
 from drivers.mavlink.dialect import mavlink2
 from gateway.ops.natsserver import NatsServer
 from tests.support import wait_for
-from tests.support.commands import cmd_results, command_rig, ready_to_fly
+from tests.support.commands import cmd_results, command_rig, dispositions_settled, ready_to_fly
 
 ARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM
 TAKEOFF = mavlink2.MAV_CMD_NAV_TAKEOFF
@@ -84,8 +84,7 @@ async def test_invalid_commands_are_terminated_with_the_reason(
             e.command != mavlink2.MAV_CMD_NAV_LAND for e in rig.vehicle("VID-001").executions
         )
         await wait_for_stream_empty(provisioned)
-        loop = rig.service.loops["VID-001"]
-        assert loop.dispositions == {"term": 6}
+        assert await dispositions_settled(rig, "VID-001", 6) == {"term": 6}
 
 
 async def wait_for_stream_empty(nc: Client) -> None:

@@ -129,6 +129,18 @@ async def consumer_idle(nc: Client, vid: str, timeout_s: float = 15.0) -> Consum
     return info
 
 
+async def dispositions_settled(rig: Rig, vid: str, total: int, timeout_s: float = 5.0) -> dict[str, int]:
+    """The vehicle's dispositions once `total` deliveries are counted.
+
+    The server sees a delivery's ack (so the consumer reads idle) a moment before the
+    executor's `handle` returns and the loop counts it: read the count only when it is whole.
+    """
+    loop = rig.service.loops[vid]
+    await wait_for(lambda: sum(loop.dispositions.values()) >= total, timeout_s, 0.02,
+                   what=f"{total} dispositions for {vid}")
+    return dict(loop.dispositions)
+
+
 async def cmd_results(nc: Client, vid: str = "*") -> list[dict[str, Any]]:
     """Every cmd_result stored in TWIN_EVENTS (with the msg id under `_msg_id`)."""
     events = await collect_events(nc, f"fleet.{ENV}.veh.{vid}.evt.cmd_result")
@@ -136,5 +148,5 @@ async def cmd_results(nc: Client, vid: str = "*") -> list[dict[str, Any]]:
 
 
 __all__ = [
-    "ENV", "TEST_COMMANDS", "Rig", "cmd_results", "command_rig", "consumer_idle", "published_results", "ready_to_fly",
+    "ENV", "TEST_COMMANDS", "Rig", "cmd_results", "command_rig", "consumer_idle", "dispositions_settled", "published_results", "ready_to_fly",
 ]
