@@ -196,6 +196,8 @@ async def run_ingest(
         watcher = await open_client(server.url)
         for i in range(min(n, 10)):
             await watcher.subscribe(f"fleet.bench.veh.VID-{i + 1:04d}.state.>", cb=order.on_msg)
+        reactor = _reactor()
+        passes0, ready0 = getattr(reactor, "passes", 0), getattr(reactor, "ready_seen", 0)
         cpu0, t0 = time.process_time(), time.monotonic()
         simcpu0 = _proc_cpu_s(sim.pid)
         with GcTimer() as gct:
@@ -220,6 +222,11 @@ async def run_ingest(
             "gateway_cpu_pct": round(100 * cpu / wall, 1),
             "gateway_cpu_us_per_mavlink_msg": round(cpu / max(1, msgs) * 1e6, 2),
             "sim_cpu_pct": round(100 * simcpu / wall, 1),
+            # The fleet's epoll (drivers/mavlink/reactor.py; absent in older builds): how
+            # often the loop ran it, and how many ready sockets each run read.
+            "reactor_passes_per_s": round((getattr(reactor, "passes", 0) - passes0) / wall, 1),
+            "reads_per_reactor_pass": round((getattr(reactor, "ready_seen", 0) - ready0)
+                                            / max(1, getattr(reactor, "passes", 0) - passes0), 2),
             # Part of the gateway's CPU: the cyclic collector, per generation (young, middle, full).
             "gc_cpu_pct": [round(100 * x / wall, 2) for x in gct.seconds],
             "gc_collections": gct.collections,
@@ -244,6 +251,15 @@ async def run_ingest(
     result["ratio_throughput"] = round(result["mavlink_msgs_per_s"] / base_fig["msgs_per_s"], 3)
     result["ratio_cpu_efficiency"] = round(base_fig["cpu_us_per_msg"] / max(1e-9, result["gateway_cpu_us_per_mavlink_msg"]), 3)
     return result
+
+
+def _reactor() -> object | None:
+    """This loop's fleet epoll, if the build has one (older refs, `bench compare`, may not)."""
+    try:
+        from drivers.mavlink.reactor import Reactor
+    except ImportError:
+        return None
+    return Reactor._by_loop.get(id(asyncio.get_running_loop()))
 
 
 async def _events_and_connection(gw: Gateway, url: str, drain_s: float = 20.0) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class Reactor(PerLoop):
         self._ep = select.epoll()
         self._links: dict[int, ReactorTransport] = {}
         self.passes = 0  # callbacks run, for tests and diagnosis
+        self.ready_seen = 0  # ready sockets the passes were handed (reads tried), for diagnosis
         self._slice_end = time.perf_counter()  # when the last callback ended
         self.share = MIN_READ_SHARE  # how long a pass may read, in units of the rest of the loop's time
         loop.add_reader(self._ep.fileno(), self._read_ready)
@@ -105,6 +106,7 @@ class Reactor(PerLoop):
                 events = ep.poll(0, MAX_READS_PER_PASS)
             except (InterruptedError, ValueError):  # ValueError: closed with the last link in this pass
                 break
+            self.ready_seen += len(events)
             for fd, _ in events:
                 link = links.get(fd)
                 if link is None:

@@ -58,6 +58,7 @@ async def test_a_pass_reads_a_slice_when_the_loop_was_busy_for_less(monkeypatch:
     got, pass_of, r = await _read_all(pairs)
     assert got == {i: f"hello-{i:03d}".encode() for i in range(20)}  # each link's bytes in its own sink
     assert max(Counter(pass_of).values()) == 4  # a slice a pass, the rest left ready for the next
+    assert r.ready_seen == 20 and r.passes >= 5  # every ready socket counted once (mavjet bench ingest reports both)
     assert len(r) == 0 and id(asyncio.get_running_loop()) not in Reactor._by_loop  # closed with its last link
 
 
