@@ -196,8 +196,7 @@ async def run_ingest(
         watcher = await open_client(server.url)
         for i in range(min(n, 10)):
             await watcher.subscribe(f"fleet.bench.veh.VID-{i + 1:04d}.state.>", cb=order.on_msg)
-        reactor = _reactor()
-        passes0, ready0 = getattr(reactor, "passes", 0), getattr(reactor, "ready_seen", 0)
+        passes0, ready0 = _reactor_counts()
         cpu0, t0 = time.process_time(), time.monotonic()
         simcpu0 = _proc_cpu_s(sim.pid)
         with GcTimer() as gct:
@@ -205,6 +204,8 @@ async def run_ingest(
         wall = time.monotonic() - t0
         cpu = time.process_time() - cpu0
         simcpu = _proc_cpu_s(sim.pid) - simcpu0
+        passes1, ready1 = _reactor_counts()
+        passes, ready = passes1 - passes0, ready1 - ready0
         msgs = sum(s.health().messages_in for s in sessions) - m0
         pubs = gw.publisher.state_published - p0
         gw.publisher.on_state_ack = None
@@ -224,9 +225,8 @@ async def run_ingest(
             "sim_cpu_pct": round(100 * simcpu / wall, 1),
             # The fleet's epoll (drivers/mavlink/reactor.py; absent in older builds): how
             # often the loop ran it, and how many ready sockets each run read.
-            "reactor_passes_per_s": round((getattr(reactor, "passes", 0) - passes0) / wall, 1),
-            "reads_per_reactor_pass": round((getattr(reactor, "ready_seen", 0) - ready0)
-                                            / max(1, getattr(reactor, "passes", 0) - passes0), 2),
+            "reactor_passes_per_s": round(passes / wall, 1),
+            "reads_per_reactor_pass": round(ready / max(1, passes), 2),
             # Part of the gateway's CPU: the cyclic collector, per generation (young, middle, full).
             "gc_cpu_pct": [round(100 * x / wall, 2) for x in gct.seconds],
             "gc_collections": gct.collections,
@@ -253,13 +253,15 @@ async def run_ingest(
     return result
 
 
-def _reactor() -> object | None:
-    """This loop's fleet epoll, if the build has one (older refs, `bench compare`, may not)."""
+def _reactor_counts() -> tuple[int, int]:
+    """This loop's fleet epoll: (passes, ready sockets read); zeros if the build has none (older refs)."""
     try:
         from drivers.mavlink.reactor import Reactor
     except ImportError:
-        return None
-    return Reactor._by_loop.get(id(asyncio.get_running_loop()))
+        return 0, 0
+    # `_by_loop`, not `for_loop`: looking must not make an epoll for a loop without links.
+    reactor = Reactor._by_loop.get(id(asyncio.get_running_loop()))
+    return getattr(reactor, "passes", 0), getattr(reactor, "ready_seen", 0)
 
 
 async def _events_and_connection(gw: Gateway, url: str, drain_s: float = 20.0) -> dict[str, Any]:
