@@ -146,8 +146,13 @@ class Schedule:
                 continue
             key = iv if self._bucketed and msg_id != HEARTBEAT else float(-1 - msg_id)
             members.setdefault(key, (iv, []))[1].append(msg_id)
-        # A bucket, or a message at an unchanged interval, keeps its phase; a new one's first slot is now.
-        entries = [(phase.get((key, iv), now), key, iv, tuple(ids)) for key, (iv, ids) in members.items()]
+        # A bucket, or a message at an unchanged interval, keeps its phase. ArduPilot's new bucket
+        # first sends one interval after it is made (its last_sent_ms starts at now); the heartbeat
+        # and PX4's streams, each timed on its own, start at once.
+        entries = [
+            (phase.get((key, iv), now + iv if key >= 0 else now), key, iv, tuple(ids))
+            for key, (iv, ids) in members.items()
+        ]
         heapq.heapify(entries)
         self._entries = entries
         self.next_due = entries[0][0] if entries else float("inf")

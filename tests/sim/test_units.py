@@ -86,8 +86,9 @@ def test_schedule_after_a_stall_catches_up_a_few_slots_then_resynchronises() -> 
     s = streams.Schedule()
     s.set_interval(streams.ATTITUDE, 100_000, 0.0)
     s.set_interval(streams.GLOBAL_POSITION_INT, 100_000, 0.0)
-    first = s.due(0.0)  # both start now, with the heartbeat: one each, in message-id order
-    assert first == sorted(first) == [streams.HEARTBEAT, streams.ATTITUDE, streams.GLOBAL_POSITION_INT]
+    assert s.due(0.0) == [streams.HEARTBEAT] and s.due(0.09) == []  # a new bucket waits one interval
+    first = s.due(0.1)  # then both, one each, in message-id order
+    assert first == sorted(first) == [streams.ATTITUDE, streams.GLOBAL_POSITION_INT]
     late = s.due(5.0)  # 50 slots missed
     assert late.count(streams.ATTITUDE) == streams.MAX_CATCH_UP
     assert late.count(streams.GLOBAL_POSITION_INT) == streams.MAX_CATCH_UP
@@ -101,10 +102,10 @@ def test_schedule_buckets_messages_of_one_interval_together_as_ardupilot_does() 
     # bucket already has joins that bucket and its phase; the bucket sends its messages together.
     s = streams.Schedule()
     s.set_interval(streams.GLOBAL_POSITION_INT, 100_000, 0.0)
-    assert s.due(0.0) == [streams.HEARTBEAT, streams.GLOBAL_POSITION_INT]
+    assert s.due(0.0) == [streams.HEARTBEAT]  # the new bucket's first slot is one interval on
     s.set_interval(streams.ATTITUDE, 100_000, 0.037)  # asked 37 ms later: same bucket, same slots
     s.set_interval(streams.VFR_HUD, 500_000, 0.05)  # another interval: a bucket of its own
-    assert s.due(0.05) == [streams.VFR_HUD]
+    assert s.due(0.05) == []  # VFR_HUD's new bucket: first at 0.55
     slots = [(round(k * 0.01, 2), s.due(k * 0.01)) for k in range(6, 300)]  # 10 ms steps to 3 s
     sent = [(t, ids) for t, ids in slots if ids]
     together = [t for t, ids in sent if streams.ATTITUDE in ids and streams.GLOBAL_POSITION_INT in ids]
