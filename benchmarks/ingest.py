@@ -197,12 +197,13 @@ async def run_ingest(
         for i in range(min(n, 10)):
             await watcher.subscribe(f"fleet.bench.veh.VID-{i + 1:04d}.state.>", cb=order.on_msg)
         passes0, ready0 = _reactor_counts()
-        cpu0, t0 = time.process_time(), time.monotonic()
+        cpu0, t0, sys0 = time.process_time(), time.monotonic(), os.times().system
         simcpu0 = _proc_cpu_s(sim.pid)
         with GcTimer() as gct:
             await anyio.sleep(args.duration)
         wall = time.monotonic() - t0
         cpu = time.process_time() - cpu0
+        sys_s = os.times().system - sys0
         simcpu = _proc_cpu_s(sim.pid) - simcpu0
         passes1, ready1 = _reactor_counts()
         passes, ready = passes1 - passes0, ready1 - ready0
@@ -222,6 +223,10 @@ async def run_ingest(
             "latency_ms_p99": percentile(lat, 0.99, scale=1e-6),
             "gateway_cpu_pct": round(100 * cpu / wall, 1),
             "gateway_cpu_us_per_mavlink_msg": round(cpu / max(1, msgs) * 1e6, 2),
+            # Of that, the kernel's (socket reads and their ACKs, writes to the server): the part
+            # that grows most in a slow hour (docs/benchmarks.md) and that no Python change shortens.
+            "gateway_cpu_sys_pct": round(100 * sys_s / wall, 1),
+            "gateway_sys_us_per_mavlink_msg": round(sys_s / max(1, msgs) * 1e6, 2),
             "sim_cpu_pct": round(100 * simcpu / wall, 1),
             # The fleet's epoll (drivers/mavlink/reactor.py; absent in older builds): how
             # often the loop ran it, and how many ready sockets each run read.
