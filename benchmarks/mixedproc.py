@@ -258,7 +258,10 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         # cmd_result inside the gateway, and an event's spool to JetStream ack (cmd_result is an event).
         for key, name, match in (("gateway_command_ms", "mavjet_command_duration_seconds", {"command": "set_mode"}),
                                  ("gateway_event_publish_ms", "mavjet_publish_latency_seconds", {"kind": "event"}),
-                                 ("gateway_state_publish_ms", "mavjet_publish_latency_seconds", {"kind": "state"})):
+                                 ("gateway_state_publish_ms", "mavjet_publish_latency_seconds", {"kind": "state"}),
+                                 # ... and the command's time in the gateway by phase (absent in older builds)
+                                 *((f"gateway_phase_{ph}_ms", "mavjet_command_phase_seconds", {"phase": ph})
+                                   for ph in ("ledger", "vehicle", "result"))):
             b0, b1 = _buckets(m0, name, **match), _buckets(m1, name, **match)
             out[key] = {"p50_le": _quantile_ms(b0, b1, 0.5), "p99_le": _quantile_ms(b0, b1, 0.99)}
     finally:

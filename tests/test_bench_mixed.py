@@ -29,6 +29,9 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     assert cmds["count"] == 8 and cmds["results"] == {"accepted": 8}
     assert base["count"] == 8 and base["errors"] == {}
     assert 0 < cmds["p50_ms"] <= cmds["p99_ms"] and res["ratio_latency_p99"] > 0
+    # The gateway's split of a command's time, read from its phase histogram (bucket bounds in ms).
+    phases = [res[f"gateway_phase_{ph}_ms"] for ph in ("ledger", "vehicle", "result")]
+    assert all(p["p50_le"] is not None and 0 < p["p50_le"] <= p["p99_le"] for p in phases), phases
     # State counted from TWIN_STATE's sequence: 3 vehicles at the configured rates were stored.
     assert res["state_stored_per_s"] > 0 and res["state_delivered_ratio"] > 0.5
     # /metrics scraped during the window, as Prometheus would: every 0.5 s for 2 s.

@@ -193,13 +193,17 @@ class CommandExecutor:
                 await expired
                 return Disposition.TERM
             # The in-flight row, durable before anything is sent: a crash from here on is recovered, not re-sent.
-            started_ns = time.time_ns()
+            started_ns, t0 = time.time_ns(), time.monotonic()
             if not await self.ledger.record(in_flight_entry(self.vid, cmd.cmd_id, cmd.name, started_ns)):
                 stored = await self.ledger.lookup(self.vid, cmd.cmd_id)  # another delivery finished it first
                 if stored is not None:
                     await self._already_done(msg, stored)
                     return Disposition.DUPLICATE
+            t1 = time.monotonic()
+            phase = self.metrics.command_phase
+            phase.labels(phase="ledger").observe(t1 - t0)
             out = await self._keeping_alive(msg, lambda ctx: run_action(defn.action, cmd, ctx))
+            phase.labels(phase="vehicle").observe(time.monotonic() - t1)
             if out.retry:
                 # Not finished, and this process knows it: the redelivery runs it as usual.
                 await self.ledger.clear_in_flight(self.vid, cmd.cmd_id)
@@ -301,12 +305,14 @@ class CommandExecutor:
         )  # fmt: skip
         # No fsync: a command that may have reached the vehicle has its in-flight row on disk already,
         # and a lost final row only makes its redelivery recover from that row.
+        t0 = time.monotonic()
         if not await self.ledger.record(entry, durable=False):
             stored = await self.ledger.lookup(self.vid, cmd_id)  # another delivery finished it first
             if stored is not None and not stored.in_flight:
                 entry = stored
         if not entry.spooled:
             await self._hand_over(msg, entry)
+        self.metrics.command_phase.labels(phase="result").observe(time.monotonic() - t0)
         # The name is the subject's last token, chosen by the publisher: bound the metric's label values.
         command = name if name in CATALOGUE else "unknown"
         self.metrics.commands.labels(command=command, result=out.result.value).inc()

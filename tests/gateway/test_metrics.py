@@ -121,6 +121,10 @@ async def test_live_gateway_metrics_after_a_command(provisioned: Client, nats_se
     assert 0.0 < samples[("mavjet_command_duration_seconds_sum", key)] < 30.0
     assert samples[("mavjet_command_duration_seconds_bucket", (*key[:1], ("le", "+Inf"), key[1]))] == 1.0
     assert samples[("mavjet_commands_total", key)] == 1.0
+    # The one command's time by phase: each observed once, and together within its whole duration.
+    phases = {ph: samples[("mavjet_command_phase_seconds_sum", (("phase", ph),))] for ph in ("ledger", "vehicle", "result")}
+    assert all(samples[("mavjet_command_phase_seconds_count", (("phase", ph),))] == 1.0 for ph in phases)
+    assert 0.0 < sum(phases.values()) <= samples[("mavjet_command_duration_seconds_sum", key)], phases
     vid = (("vid", "VID-001"),)
     assert ("mavjet_mavlink_bad_data_runs_total", vid) in samples
     assert ("mavjet_mavlink_lost_frames_total", vid) in samples
@@ -140,6 +144,7 @@ def test_operations_doc_lists_every_gateway_metric() -> None:
     gm.errors.labels(where="x").inc()
     gm.commands.labels(command="arm", result="accepted").inc()
     gm.command_duration.labels(command="arm", result="accepted").observe(0.01)
+    gm.command_phase.labels(phase="vehicle").observe(0.01)
     exported = {s if not s.endswith(("_bucket", "_count", "_sum")) else f
                 for f, (_, ss) in families(generate_latest(gm.registry).decode()).items() for s, _, _ in ss}
     # The per-link families are built at scrape time from live links: their names come from the source.
