@@ -218,9 +218,10 @@ class GatewayMetrics:
             "mavjet_command_duration_seconds", "From a command's delivery to the gateway to its cmd_result",
             ["command", "result"], buckets=COMMAND_BUCKETS, registry=r,
         )
-        # Where that time goes, for a command that reaches the vehicle: `ledger` (its in-flight row's
-        # durable commit, an fsync), `vehicle` (the MAVLink exchange) and `result` (the cmd_result
-        # recorded and stored in JetStream). A tail in `ledger` is the disk, in `vehicle` the link.
+        # Where that time goes: `ledger` (the in-flight row's durable commit, an fsync) and `vehicle`
+        # (the MAVLink exchange) for a command that is sent; `result` (the cmd_result recorded and
+        # stored in JetStream) for every command that ends, a refused or expired one too (only that
+        # phase). A tail in `ledger` is the disk, in `vehicle` the link.
         self.command_phase = Histogram(
             "mavjet_command_phase_seconds", "A command's time in the gateway by phase: ledger, vehicle, result",
             ["phase"], buckets=(0.001, 0.0025, 0.005, *COMMAND_BUCKETS), registry=r,
