@@ -168,6 +168,10 @@ async def commands_at_rate(nc: Client, pick: Callable[[int], tuple[str, str]], r
                            seconds: float) -> dict[str, Any]:
     """`set_mode` at `rate_hz`, open loop, to `pick(i)` = (vid, mode); publish → cmd_result seen by the issuer."""
     lat: list[float] = []
+    # Per command, split at the gateway's cmd_result stamp (its `latency_ms`: issued to result, one clock
+    # here): up to the result, and from it to the issuer (the result's store and delivery).
+    to_result: list[float] = []
+    after_result: list[float] = []
     results: dict[str, int] = {}
     async with CommandClient(nc, ENV, issuer="bench-mixed") as cc:
         async def fire(i: int) -> None:
@@ -177,13 +181,19 @@ async def commands_at_rate(nc: Client, pick: Callable[[int], tuple[str, str]], r
                 r = await cc.call(vid, "set_mode", {"mode": mode}, timeout_s=30)
                 res = str(r.result)
             except Exception as exc:  # a lost result is a figure here, not a crash
-                res = f"error:{type(exc).__name__}"
-            lat.append((time.perf_counter() - t0) * 1000.0)
+                r, res = None, f"error:{type(exc).__name__}"
+            took_ms = (time.perf_counter() - t0) * 1000.0
+            lat.append(took_ms)
+            if r is not None:
+                to_result.append(r.latency_ms)
+                after_result.append(max(0.0, took_ms - r.latency_ms))
             results[res] = results.get(res, 0) + 1
 
         wall = await open_loop(rate_hz, seconds, fire)
     out = summary(lat, len(lat), wall)
     out["results"] = results
+    out["issued_to_result_ms"] = {"p50": percentile(to_result, 0.5), "p99": percentile(to_result, 0.99)}
+    out["result_to_issuer_ms"] = {"p50": percentile(after_result, 0.5), "p99": percentile(after_result, 0.99)}
     return out
 
 
@@ -259,9 +269,10 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         for key, name, match in (("gateway_command_ms", "mavjet_command_duration_seconds", {"command": "set_mode"}),
                                  ("gateway_event_publish_ms", "mavjet_publish_latency_seconds", {"kind": "event"}),
                                  ("gateway_state_publish_ms", "mavjet_publish_latency_seconds", {"kind": "state"}),
-                                 # ... and the command's time in the gateway by phase (absent in older builds)
+                                 # ... and the command's time by phase: before the gateway (queue), then in it
+                                 # (absent in older builds)
                                  *((f"gateway_phase_{ph}_ms", "mavjet_command_phase_seconds", {"phase": ph})
-                                   for ph in ("ledger", "vehicle", "result"))):
+                                   for ph in ("queue", "ledger", "vehicle", "result"))):
             b0, b1 = _buckets(m0, name, **match), _buckets(m1, name, **match)
             out[key] = {"p50_le": _quantile_ms(b0, b1, 0.5), "p99_le": _quantile_ms(b0, b1, 0.99)}
     finally:

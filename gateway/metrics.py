@@ -221,9 +221,13 @@ class GatewayMetrics:
         # Where that time goes: `ledger` (the in-flight row's durable commit, an fsync) and `vehicle`
         # (the MAVLink exchange) for a command that is sent; `result` (the cmd_result recorded and
         # stored in JetStream) for every command that ends, a refused or expired one too (only that
-        # phase). A tail in `ledger` is the disk, in `vehicle` the link.
+        # phase). A tail in `ledger` is the disk, in `vehicle` the link. And before the gateway: `queue`,
+        # from the command's `issued` stamp (the issuer's clock) to its delivery to the vehicle's loop, for
+        # every command that decodes: the stream, the server and this process's event loop (a skew between
+        # the issuer's clock and this one shifts it; a negative span counts as 0).
         self.command_phase = Histogram(
-            "mavjet_command_phase_seconds", "A command's time in the gateway by phase: ledger, vehicle, result",
+            "mavjet_command_phase_seconds",
+            "A command's time by phase: queue (issued to delivered), then in the gateway ledger, vehicle, result",
             ["phase"], buckets=(0.001, 0.0025, 0.005, *COMMAND_BUCKETS), registry=r,
         )
         self.loop_tick = Gauge(

@@ -30,8 +30,11 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     assert base["count"] == 8 and base["errors"] == {}
     assert 0 < cmds["p50_ms"] <= cmds["p99_ms"] and res["ratio_latency_p99"] > 0
     # The gateway's split of a command's time, read from its phase histogram (bucket bounds in ms).
-    phases = [res[f"gateway_phase_{ph}_ms"] for ph in ("ledger", "vehicle", "result")]
+    phases = [res[f"gateway_phase_{ph}_ms"] for ph in ("queue", "ledger", "vehicle", "result")]
     assert all(p["p50_le"] is not None and 0 < p["p50_le"] <= p["p99_le"] for p in phases), phases
+    # Each command split at its cmd_result's stamp: both parts measured, and within the whole.
+    for part in ("issued_to_result_ms", "result_to_issuer_ms"):
+        assert cmds[part]["p50"] is not None and 0 <= cmds[part]["p50"] <= cmds[part]["p99"] <= cmds["max_ms"], cmds
     # State counted from TWIN_STATE's sequence: 3 vehicles at the configured rates were stored.
     assert res["state_stored_per_s"] > 0 and res["state_delivered_ratio"] > 0.5
     # /metrics scraped during the window, as Prometheus would: every 0.5 s for 2 s.

@@ -124,7 +124,7 @@ class CommandExecutor:
 
     async def _handle(self, msg: Msg) -> Disposition:
         self.handled += 1
-        self._received_s = time.monotonic()
+        self._received_s, received_ns = time.monotonic(), time.time_ns()
         name = msg.subject.split(".", 5)[-1] if msg.subject.count(".") >= 5 else msg.subject
         md = msg.metadata
         delivered = int(md.num_delivered or 1)
@@ -147,6 +147,9 @@ class CommandExecutor:
                               issued_ns=None, delivered=delivered)
             return Disposition.TERM
 
+        # Issued to delivered: the time before the gateway (see gateway/metrics.py), by the issuer's clock.
+        queued_s = max(0.0, (received_ns - cmd.issued_ns) / 1e9)
+        self.metrics.command_phase.labels(phase="queue").observe(queued_s)
         prior = await self.ledger.lookup(self.vid, cmd.cmd_id)
         if prior is not None and not prior.in_flight:
             await self._already_done(msg, prior)

@@ -54,8 +54,10 @@ async def test_next_command_runs_within_seconds_after_each_bad_body(
         assert not info.num_redelivered  # every bad body was terminated at its first delivery
         done = await dispositions_settled(rig, "VID-001", 2 * len(KNOWN_BAD))
         assert done == {"term": len(KNOWN_BAD), "ack": len(KNOWN_BAD)}
-        # The phase histogram: a refused body has only its `result` phase; a command sent to the
-        # vehicle has all three.
+        # The phase histogram: a body that does not decode has only its `result` phase; a command sent
+        # to the vehicle has all four (`queue` needs the body's `issued` stamp).
         count = rig.gw.metrics.registry.get_sample_value
-        phases = {ph: count("mavjet_command_phase_seconds_count", {"phase": ph}) for ph in ("ledger", "vehicle", "result")}
-        assert phases == {"ledger": len(KNOWN_BAD), "vehicle": len(KNOWN_BAD), "result": 2 * len(KNOWN_BAD)}, phases
+        phases = {ph: count("mavjet_command_phase_seconds_count", {"phase": ph})
+                  for ph in ("queue", "ledger", "vehicle", "result")}
+        n = len(KNOWN_BAD)
+        assert phases == {"queue": n, "ledger": n, "vehicle": n, "result": 2 * n}, phases

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -92,7 +93,9 @@ async def test_live_gateway_metrics_after_a_command(provisioned: Client, nats_se
             await wait_for(lambda: bool(service.loops) and all(loop.binds for loop in service.loops.values()),
                            timeout_s=20)
             await ready_to_fly(fleet)
+            t0 = time.monotonic()
             r = await client.call("VID-001", "set_mode", {"mode": "GUIDED"}, timeout_s=30)
+            call_s = time.monotonic() - t0
             assert r.accepted, r
             url = f"http://127.0.0.1:{gw.metrics_port}/metrics"
 
@@ -125,6 +128,10 @@ async def test_live_gateway_metrics_after_a_command(provisioned: Client, nats_se
     phases = {ph: samples[("mavjet_command_phase_seconds_sum", (("phase", ph),))] for ph in ("ledger", "vehicle", "result")}
     assert all(samples[("mavjet_command_phase_seconds_count", (("phase", ph),))] == 1.0 for ph in phases)
     assert 0.0 < sum(phases.values()) <= samples[("mavjet_command_duration_seconds_sum", key)], phases
+    # ... and its wait before the gateway (issued to delivered), within what the issuer waited in all.
+    queue = (("phase", "queue"),)
+    assert samples[("mavjet_command_phase_seconds_count", queue)] == 1.0
+    assert 0.0 <= samples[("mavjet_command_phase_seconds_sum", queue)] < call_s
     vid = (("vid", "VID-001"),)
     assert ("mavjet_mavlink_bad_data_runs_total", vid) in samples
     assert ("mavjet_mavlink_lost_frames_total", vid) in samples
