@@ -275,6 +275,7 @@ def gateway_metric_names() -> set[str]:
     gm.publishes.labels(kind="event", result="acked").inc()
     gm.commands.labels(command="arm", result="accepted").inc()
     gm.command_duration.labels(command="arm", result="accepted").observe(0.1)
+    gm.command_phase.labels(phase="queue").observe(0.01)
     gm.errors.labels(where="x").inc()
     gm.publish_latency.labels(kind="evt").observe(0.01)
     gm.spool_dropped.labels("info").inc()
