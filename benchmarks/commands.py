@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 import time
 from pathlib import Path
@@ -197,23 +198,30 @@ BASE_STREAM = "BENCH_MIXED_BASE"
 BASE_SUBJECT = "bench.mixed.base.cmd"  # outside TWIN_CMD's subjects
 
 
-async def open_loop(rate_hz: float, seconds: float, fire: Any) -> float:
-    """Start `fire(i)` every 1/rate s for `seconds`, without waiting for the previous ones; returns wall s."""
+async def open_loop(rate_hz: float, seconds: float, fire: Any, *, poisson_seed: int | None = None) -> float:
+    """Start `fire(i)` at `rate_hz` for `seconds`, without waiting for the previous ones; returns wall s.
+
+    Evenly every 1/rate s, or with `poisson_seed` at a Poisson process's times of that mean rate
+    (exponential gaps from a generator seeded so, the same schedule on both sides of a comparison).
+    Even arrivals at a fleet's own telemetry rate keep one phase to its bursts for a whole run,
+    so a run measures one phase; Poisson arrivals land on every phase in every run."""
+    rng = random.Random(poisson_seed) if poisson_seed is not None else None
     period = 1.0 / rate_hz
     t0 = time.monotonic()
     async with anyio.create_task_group() as tg:
-        i = 0
+        i, offset = 0, 0.0
         while True:
-            due = t0 + i * period
-            if due - t0 >= seconds:
+            offset = offset + rng.expovariate(rate_hz) if rng is not None else i * period
+            if offset >= seconds:
                 break
-            await anyio.sleep(max(0.0, due - time.monotonic()))
+            await anyio.sleep(max(0.0, t0 + offset - time.monotonic()))
             tg.start_soon(fire, i)
             i += 1
     return time.monotonic() - t0
 
 
-async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> dict[str, Any]:
+async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float, *,
+                                 poisson_seed: int | None = None) -> dict[str, Any]:
     nc = await open_client(url)
     js = nc.jetstream()
     name = "bench_mixed_base"
@@ -242,7 +250,7 @@ async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float) -> di
             return
         lat.append((time.perf_counter() - t0) * 1000.0)
 
-    wall = await open_loop(rate_hz, seconds, fire)
+    wall = await open_loop(rate_hz, seconds, fire, poisson_seed=poisson_seed)
     await sub.unsubscribe()
     await js.delete_stream(BASE_STREAM)
     await nc.close()

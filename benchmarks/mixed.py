@@ -34,7 +34,7 @@ from benchmarks.commands import (
 )
 from benchmarks.compare import ref_worktree
 from benchmarks.kit import nats_and_sim, report
-from benchmarks.mixedproc import commands_at_rate, run_process, with_baseline
+from benchmarks.mixedproc import command_seed, commands_at_rate, run_process, with_baseline
 from gateway import logs
 from gateway.entry import tune_process
 from gateway.ops.natsserver import NatsServer
@@ -45,7 +45,8 @@ ENV = "bench"
 async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str) -> dict[str, Any]:
     n = args.vehicles
     nc, gw, service = await command_gateway(server, n, base, tmp)
-    out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration}
+    out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
+                           "arrivals": args.arrivals}
 
     vids = list(gw.twins)
 
@@ -61,8 +62,9 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
                 vid = vids[i % len(vids)]
                 return vid, gw.twins[vid].telemetry.mode or "STABILIZE"
 
-            out.update(await with_baseline(commands_at_rate(nc, pick, args.cmd_rate, args.duration),
-                                           server.url, args.cmd_rate, args.duration))
+            seed = command_seed(args)
+            out.update(await with_baseline(commands_at_rate(nc, pick, args.cmd_rate, args.duration, poisson_seed=seed),
+                                           server.url, args.cmd_rate, args.duration, poisson=seed is not None))
             wall = time.monotonic() - t0
             expected = n * sum(gw.cfg.rates_hz.values()) * wall
             out["state_msgs_per_s"] = round((gw.publisher.state_published - p0) / wall, 1)
@@ -87,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vehicles", type=int, default=100, help="simulated vehicles streaming state (default %(default)s)")
     p.add_argument("--cmd-rate", type=float, default=10.0, help="commands per second, open loop (default %(default)s)")
+    p.add_argument("--arrivals", choices=["even", "poisson"], default="even",
+                   help="when commands are issued: evenly every 1/rate s, or at a Poisson process's times of "
+                   "that mean rate, the same seeded schedule in every run (default %(default)s). Even "
+                   "arrivals at the fleet's own 10 Hz keep one phase to its telemetry bursts for a whole "
+                   "run; Poisson arrivals land on every phase in every run")
     p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds of streaming before measuring")
     p.add_argument("--shaping", action="store_true",

@@ -110,9 +110,18 @@ async def _wait_streaming(port: int, expected_per_s: float, timeout_s: float) ->
     return rate
 
 
+# The seeds of the Poisson schedules (`--arrivals poisson`): the same on both sides of a comparison.
+COMMAND_SEED, BASELINE_SEED = 1, 2
+
+
+def command_seed(args: argparse.Namespace) -> int | None:
+    """The commands' Poisson seed, or None for even arrivals (`bench mixed --arrivals`)."""
+    return COMMAND_SEED if getattr(args, "arrivals", "even") == "poisson" else None
+
+
 async def with_baseline(commands: Awaitable[dict[str, Any]], url: str, rate_hz: float,
                         seconds: float, *, scrape: Callable[[], Awaitable[dict[str, Any]]] | None = None,
-                        ) -> dict[str, Any]:
+                        poisson: bool = False) -> dict[str, Any]:
     """The commands' figures and the bare JetStream round trip at the same rate, measured side by side
     (and the gateway's /metrics scraped meanwhile, if `scrape`)."""
     out: dict[str, Any] = {}
@@ -121,7 +130,8 @@ async def with_baseline(commands: Awaitable[dict[str, Any]], url: str, rate_hz: 
         out["commands"] = await commands
 
     async def bare() -> None:
-        out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(url, rate_hz, seconds)
+        out["baseline_jetstream_roundtrip"] = await bare_roundtrip_at_rate(
+            url, rate_hz, seconds, poisson_seed=BASELINE_SEED if poisson else None)
 
     async def scrapes() -> None:
         assert scrape is not None
@@ -165,7 +175,7 @@ def _log_events(path: Path) -> dict[str, int]:
 
 
 async def commands_at_rate(nc: Client, pick: Callable[[int], tuple[str, str]], rate_hz: float,
-                           seconds: float) -> dict[str, Any]:
+                           seconds: float, *, poisson_seed: int | None = None) -> dict[str, Any]:
     """`set_mode` at `rate_hz`, open loop, to `pick(i)` = (vid, mode); publish → cmd_result seen by the issuer."""
     lat: list[float] = []
     # Per command, split at the gateway's cmd_result stamp (its `latency_ms`: issued to result, one clock
@@ -189,7 +199,7 @@ async def commands_at_rate(nc: Client, pick: Callable[[int], tuple[str, str]], r
                 after_result.append(max(0.0, took_ms - r.latency_ms))
             results[res] = results.get(res, 0) + 1
 
-        wall = await open_loop(rate_hz, seconds, fire)
+        wall = await open_loop(rate_hz, seconds, fire, poisson_seed=poisson_seed)
     out = summary(lat, len(lat), wall)
     out["results"] = results
     out["issued_to_result_ms"] = {"p50": percentile(to_result, 0.5), "p99": percentile(to_result, 0.99)}
@@ -197,11 +207,13 @@ async def commands_at_rate(nc: Client, pick: Callable[[int], tuple[str, str]], r
     return out
 
 
-async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float) -> dict[str, Any]:
+async def commands_from_outside(url: str, n: int, rate_hz: float, seconds: float, *,
+                                poisson_seed: int | None = None) -> dict[str, Any]:
     """Vehicles in turn, on a connection of our own (as an operator's would be)."""
     nc = await open_client(url)
     try:
-        return await commands_at_rate(nc, lambda i: (f"VID-{i % n + 1:04d}", MODE), rate_hz, seconds)
+        return await commands_at_rate(nc, lambda i: (f"VID-{i % n + 1:04d}", MODE), rate_hz, seconds,
+                                      poisson_seed=poisson_seed)
     finally:
         await nc.close()
 
@@ -226,7 +238,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         )
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
                            "gateway": "own process", "gateway_build": getattr(args, "gateway_build", "working tree"),
-                           "gateway_uvloop": bool(getattr(args, "uvloop", False))}
+                           "gateway_uvloop": bool(getattr(args, "uvloop", False)),
+                           "arrivals": getattr(args, "arrivals", "even")}
     try:
         took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5), log_path=Path(tmp) / "gateway-mixed.log")
         print(f"gateway ready: {n} links and command consumers in {took:.1f} s; measuring {args.duration:g} s "
@@ -242,9 +255,12 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         sim0 = _proc_cpu_s(sim_pid)
         t0 = time.monotonic()
         every: float = getattr(args, "scrape_every", 0.0)
-        out.update(await with_baseline(commands_from_outside(server.url, n, args.cmd_rate, args.duration),
+        seed = command_seed(args)
+        out.update(await with_baseline(commands_from_outside(server.url, n, args.cmd_rate, args.duration,
+                                                             poisson_seed=seed),
                                        server.url, args.cmd_rate, args.duration,
-                                       scrape=(lambda: scrape_every(port, every, args.duration)) if every else None))
+                                       scrape=(lambda: scrape_every(port, every, args.duration)) if every else None,
+                                       poisson=seed is not None))
         wall = time.monotonic() - t0
         seq1 = await _state_seq(server.url)
         m1 = await asyncio.to_thread(_scrape, port)

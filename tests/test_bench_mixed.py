@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from benchmarks.commands import open_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +26,7 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
-    assert res["gateway"] == "own process" and res["gateway_uvloop"] is True
+    assert res["gateway"] == "own process" and res["gateway_uvloop"] is True and res["arrivals"] == "even"
     # The gateway's own drain and close at SIGTERM is info (`nats_closed`), not a warning to chase.
     assert "nats_disconnected" not in res["gateway_warnings"], res["gateway_warnings"]
     cmds, base = res["commands"], res["baseline_jetstream_roundtrip"]
@@ -67,3 +72,34 @@ def test_mixed_runs_the_gateway_of_another_build(tmp_path: Path) -> None:
     assert res["gateway_build"].startswith("HEAD (") and res["commands"]["results"] == {"accepted": 4}
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "mavjet-compare-" not in listed  # the temporary worktree is gone
+
+
+
+async def starts_of(rate_hz: float, seconds: float, seed: int | None) -> list[float]:
+    starts: list[float] = []
+
+    async def fire(i: int) -> None:
+        starts.append(time.monotonic())
+
+    await open_loop(rate_hz, seconds, fire, poisson_seed=seed)
+    return starts
+
+
+async def test_open_loop_even_and_poisson_schedules() -> None:
+    """Even: one start every 1/rate s. Poisson: the seeded schedule's count, with uneven gaps."""
+    assert len(await starts_of(200.0, 0.3, None)) == 60
+    starts = await starts_of(200.0, 0.3, 7)
+    rng, expected, t = random.Random(7), 0, 0.0
+    for _ in range(10_000):  # bounded: ~60 arrivals
+        t += rng.expovariate(200.0)
+        if t >= 0.3:
+            break
+        expected += 1
+    assert len(starts) == expected and expected != 60
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert max(gaps) > 4 * min(gaps), gaps
+
+def test_mixed_refuses_an_unknown_arrival_process() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--arrivals", "bursty"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--arrivals" in proc.stderr
