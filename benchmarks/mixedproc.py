@@ -285,6 +285,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         for key, name, match in (("gateway_command_ms", "mavjet_command_duration_seconds", {"command": "set_mode"}),
                                  ("gateway_event_publish_ms", "mavjet_publish_latency_seconds", {"kind": "event"}),
                                  ("gateway_state_publish_ms", "mavjet_publish_latency_seconds", {"kind": "state"}),
+                                 # how late its event loop ran a due timer: the wait each hop may add
+                                 ("gateway_loop_lag_ms", "mavjet_event_loop_lag_seconds", {}),
                                  # ... and the command's time by phase: before the gateway (queue), then in it
                                  # (absent in older builds)
                                  *((f"gateway_phase_{ph}_ms", "mavjet_command_phase_seconds", {"phase": ph})

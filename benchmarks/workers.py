@@ -53,8 +53,11 @@ def _total(mm: dict[str, list[tuple[dict[str, str], float]]], name: str, **match
 
 def _buckets(mm: dict[str, list[tuple[dict[str, str], float]]],
              name: str = "mavjet_publish_latency_seconds", **match: str) -> dict[float, float]:
-    """A histogram's cumulative buckets (le -> count), summed over the series matching `match` (default state)."""
-    match = match or {"kind": "state"}
+    """A histogram's cumulative buckets (le -> count), summed over the series matching `match`.
+
+    The publish latency's default is its state series; another histogram without `match`, all its series."""
+    if not match and name == "mavjet_publish_latency_seconds":
+        match = {"kind": "state"}
     out: dict[float, float] = {}
     for labels, v in mm.get(name + "_bucket", []):
         if all(labels.get(k) == x for k, x in match.items()):

@@ -42,6 +42,8 @@ TICK_IDLE_STEP_S = 0.020
 # 20 ms of every pass of hundreds. 4,000 vehicles on 2 cores (knee 2,000): 32.6k → 42.2k state/s
 # stored, p99 1.16 → 1.52 s (each hop of a sample through the loop waits for a longer pass).
 TICK_MAX_IDLE_STEP_S = 0.100
+# How often the loop-lag probe wakes (`mavjet_event_loop_lag_seconds`): 20 timers a second cost nothing.
+LAG_PROBE_S = 0.05
 # Queued samples published per buffer write (~1 µs each), with a yield between steps as for the twins.
 READY_CHUNK = 256
 
@@ -226,6 +228,14 @@ class Gateway:
                     await publish_states(links)
             await anyio.sleep(self.cfg.publish_tick_s)
 
+    async def _lag_probe(self) -> None:
+        """Observe how late each timer wake-up of this loop comes (the lag every hop through it may add)."""
+        observe = self.metrics.loop_lag.observe
+        while True:
+            due = time.perf_counter() + LAG_PROBE_S
+            await anyio.sleep(LAG_PROBE_S)
+            observe(max(0.0, time.perf_counter() - due))
+
     async def _watchdog(self) -> None:
         n = self._notifier
         interval = getattr(n, "watchdog_interval_s", None)
@@ -269,6 +279,7 @@ class Gateway:
                         await intake.start(twin.run, name=f"vehicle[{twin.vid}].link")
                     intake.start_soon(self._ticker, name="gateway.state_ticker")
                     intake.start_soon(self._watchdog, name="gateway.watchdog")
+                    intake.start_soon(self._lag_probe, name="gateway.loop_lag_probe")
                     # start_soon, not start: startup must not wait for a service
                     # (a service waiting for NATS would hold the links' readiness).
                     for svc in self.services:

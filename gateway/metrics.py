@@ -230,6 +230,13 @@ class GatewayMetrics:
             "A command's time by phase: queue (issued to delivered), then in the gateway ledger, vehicle, result",
             ["phase"], buckets=(0.001, 0.0025, 0.005, *COMMAND_BUCKETS), registry=r,
         )
+        # How late a timer's wake-up comes (`Gateway._lag_probe`, every LAG_PROBE_S): the wait that every
+        # hop of work through the event loop (a command's delivery, its ledger's answer, its COMMAND_ACK)
+        # may add. A tail here lies in the process as a whole (long loop passes, or no CPU to run on).
+        self.loop_lag = Histogram(
+            "mavjet_event_loop_lag_seconds", "How late the event loop runs a timer that is due (a probe)",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=r,
+        )
         self.loop_tick = Gauge(
             "mavjet_loop_last_tick_timestamp_seconds",
             "Unix time of the gateway's last publish tick (a stale value means a hung event loop)",

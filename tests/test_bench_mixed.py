@@ -37,6 +37,9 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     # The gateway's split of a command's time, read from its phase histogram (bucket bounds in ms).
     phases = [res[f"gateway_phase_{ph}_ms"] for ph in ("queue", "ledger", "vehicle", "result")]
     assert all(p["p50_le"] is not None and 0 < p["p50_le"] <= p["p99_le"] for p in phases), phases
+    # The gateway's loop lag probe (absent in older builds) ran through the window.
+    lag = res["gateway_loop_lag_ms"]
+    assert lag["p50_le"] is not None and lag["p50_le"] <= lag["p99_le"], lag
     # Each command split at its cmd_result's stamp: both parts measured, and within the whole.
     for part in ("issued_to_result_ms", "result_to_issuer_ms"):
         assert cmds[part]["p50"] is not None and 0 <= cmds[part]["p50"] <= cmds[part]["p99"] <= cmds["max_ms"], cmds
