@@ -152,9 +152,15 @@ async def test_mission_fence_rally_upload_and_download_digests_match() -> None:
         assert await download_mission(link, FENCE, config=FAST) == []
 
 
-async def test_mission_upload_survives_20_percent_loss() -> None:
+async def test_mission_upload_survives_10_percent_loss_each_way() -> None:
+    # Not 20 %: the vehicle, like ArduPilot, asks again for a lost item every 1 s and cancels the
+    # upload after 8 s without progress (sim/missions.py), so an item has 8 tries. At 20 % loss each
+    # way a try fails with p = 0.36 and the vehicle itself cancels ~1 item in 3,500 (0.36**8): a
+    # real autopilot would too, and this test, 23 items a run, failed so about once in 150 runs. At
+    # 10 % a try fails with p = 0.19: ~2e-6 an item. The retries of the ground station's side are
+    # what `LOSSY` tests at 20 % (`test_params_under_loss`).
     plan = parse_plan(DEMO.read_text())
-    cfg = SimConfig(vehicles=1, base_port=0, speedup=5.0, loss=0.2, loss_in=0.2)
+    cfg = SimConfig(vehicles=1, base_port=0, speedup=5.0, loss=0.1, loss_in=0.1)
     async with sim_link(cfg) as (link, v):
         for _ in range(2):
             assert await upload_and_verify(link, plan.mission, MISSION, config=LOSSY) == plan.mission_digest
