@@ -51,13 +51,8 @@ def _total(mm: dict[str, list[tuple[dict[str, str], float]]], name: str, **match
     return sum(v for labels, v in mm.get(name, []) if all(labels.get(k) == x for k, x in match.items()))
 
 
-def _buckets(mm: dict[str, list[tuple[dict[str, str], float]]],
-             name: str = "mavjet_publish_latency_seconds", **match: str) -> dict[float, float]:
-    """A histogram's cumulative buckets (le -> count), summed over the series matching `match`.
-
-    The publish latency's default is its state series; another histogram without `match`, all its series."""
-    if not match and name == "mavjet_publish_latency_seconds":
-        match = {"kind": "state"}
+def _buckets(mm: dict[str, list[tuple[dict[str, str], float]]], name: str, **match: str) -> dict[float, float]:
+    """A histogram's cumulative buckets (le -> count), summed over the series matching `match` (all without)."""
     out: dict[float, float] = {}
     for labels, v in mm.get(name + "_bucket", []):
         if all(labels.get(k) == x for k, x in match.items()):
@@ -189,7 +184,8 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
     published = delta("mavjet_publishes_total", kind="state", result="plain") + \
         delta("mavjet_publishes_total", kind="state", result="acked")
     expected = n * sum(DEFAULT_RATES_HZ.values())
-    b0, b1 = _buckets(m0), _buckets(m1)
+    latency = "mavjet_publish_latency_seconds"
+    b0, b1 = _buckets(m0, latency, kind="state"), _buckets(m1, latency, kind="state")
     return {
         "workers": workers, "gateway_processes": len(pids), "duration_s": round(wall, 2),
         "loadavg_before": load0, "loadavg_after": load1,

@@ -77,7 +77,6 @@ def test_mixed_runs_the_gateway_of_another_build(tmp_path: Path) -> None:
     assert "mavjet-compare-" not in listed  # the temporary worktree is gone
 
 
-
 async def starts_of(rate_hz: float, seconds: float, seed: int | None) -> list[float]:
     starts: list[float] = []
 
@@ -101,6 +100,7 @@ async def test_open_loop_even_and_poisson_schedules() -> None:
     assert len(starts) == expected and expected != 60
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert max(gaps) > 4 * min(gaps), gaps
+
 
 def test_mixed_refuses_an_unknown_arrival_process() -> None:
     proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--arrivals", "bursty"],
