@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -23,6 +24,10 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from gateway.contract.errors import ConfigError, LinkError
 from sim.fleet import SimConfig, SimFleet
+
+# `--in-step` by default when set (not "0"): benchmarks that compare two builds drive both with this
+# simulator, and the older build's benchmark code passes no simulator options.
+IN_STEP_ENV = "MAVJET_SIM_IN_STEP"
 
 _IN_PROGRESS_NAMES = {
     "takeoff": mavlink2.MAV_CMD_NAV_TAKEOFF,
@@ -52,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-progress", action="append", default=[], choices=sorted(_IN_PROGRESS_NAMES),
                    help="answer this command MAV_RESULT_IN_PROGRESS first (repeatable)")  # fmt: skip
     p.add_argument("--tick-ms", type=float, default=50.0, help="wall milliseconds between simulation ticks")
+    p.add_argument("--in-step", action="store_true", default=os.environ.get(IN_STEP_ENV, "") not in ("", "0"),
+                   help="step every vehicle at the tick's start, so the whole fleet sends in one burst a tick "
+                        f"(default: out of step, spread over the tick, as real autopilots are; env {IN_STEP_ENV}=1)")
     p.add_argument("--battery-drain", type=float, default=1.0, help="battery drain multiplier")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--terrain-tiles", action="store_true",
@@ -77,6 +85,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         boot_s=args.boot_s,
         in_progress_commands=frozenset(_IN_PROGRESS_NAMES[n] for n in args.in_progress),
         tick_s=args.tick_ms / 1000.0,
+        in_step=args.in_step,
         battery_drain_scale=args.battery_drain,
         seed=args.seed,
         terrain_tiles=args.terrain_tiles,

@@ -7,7 +7,10 @@
 One shared tick loop drives every vehicle: each tick advances the sim clock
 by `tick_s * speedup`, steps every vehicle to it and writes each vehicle's
 frames with one `write()` per client. A task per vehicle (let alone per
-stream) would cost a thousand wake-ups a tick at load-test sizes.
+stream) would cost a thousand wake-ups a tick at load-test sizes. A large
+fleet is stepped in chunks of `TICK_CHUNK` vehicles spread over the tick
+(`chunk_slots`), so its vehicles are out of step as real autopilots are;
+`in_step` steps them all at the tick's start.
 
 The tick task is a plain asyncio task started in `start()` and cancelled
 and awaited in `stop()`, not an anyio task group held open across
@@ -55,6 +58,22 @@ def _probability(key: str, value: float) -> None:
 TICK_CHUNK: Final = 64  # vehicles stepped between two looks at the sockets
 
 
+def chunk_slots(vehicles: int, period_s: float, *, in_step: bool) -> list[tuple[int, float]]:
+    """When in a tick each chunk of `TICK_CHUNK` vehicles is stepped: (its first vehicle, seconds after the tick's start).
+
+    Out of step (the default), the chunks are spread evenly over the period, so
+    a large fleet's vehicles send at many instants of a tick, as independent
+    autopilots do (each booted at its own time, each with its own scheduler).
+    In step, every chunk is stepped at the tick's start, one after the other:
+    the whole fleet sends in one burst per tick, which flatters a gateway that
+    reads in bursts (docs/sim.md).
+    """
+    firsts = range(0, vehicles, TICK_CHUNK)
+    if in_step:
+        return [(first, 0.0) for first in firsts]
+    return [(first, period_s * i / len(firsts)) for i, first in enumerate(firsts)]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
     """How many vehicles, where they listen, how fast time runs, and fleet-wide fault defaults."""
@@ -70,6 +89,7 @@ class SimConfig:
     corrupt: float = 0.0
     loss_in: float = 0.0
     tick_s: float = 0.05  # wall seconds between ticks
+    in_step: bool = False  # every vehicle stepped at the tick's start (see chunk_slots); default: spread over it
     gps_fix_s: float = 1.0  # sim seconds from boot to a 3D fix
     ekf_settle_s: float = 2.0  # sim seconds from boot until the EKF (and pre-arm) is happy
     boot_s: float = 3.0  # ArduPilot: sim seconds in system_status BOOT before "ArduPilot Ready" (SITL: ~3 s)
@@ -236,25 +256,33 @@ class SimFleet:
     # ------------------------------------------------------------------ the tick loop
     async def _run(self) -> None:
         period = self.config.tick_s
+        speedup = self.config.speedup
+        vehicles = self.vehicles  # the fleet is complete before this task starts
+        slots = chunk_slots(len(vehicles), period, in_step=self.config.in_step)
         next_tick = time.monotonic()
         stats = self.stats
         while True:
+            start = time.monotonic()
+            busy = 0.0
+            for first, offset_s in slots:
+                # Between chunks the loop reads the sockets: a tick of a large fleet takes tens of
+                # ms, and a command frame waiting that long for its vehicle would be the simulator's
+                # latency, not the autopilot's (ArduPilot answers within a loop of its own, ~2.5 ms).
+                if first:
+                    await asyncio.sleep(max(0.0, start + offset_s - time.monotonic()))
+                wall = time.monotonic()
+                sim_now = (wall - self._t0) * speedup
+                for v in vehicles[first : first + TICK_CHUNK]:
+                    v.tick(sim_now, wall)
+                busy += time.monotonic() - wall
             wall = time.monotonic()
-            sim_now = (wall - self._t0) * self.config.speedup
-            last = len(self.vehicles)  # the fleet is complete before this task starts
-            for i, v in enumerate(self.vehicles, 1):
-                v.tick(sim_now, wall)
-                if i % TICK_CHUNK == 0 and i < last:
-                    # A tick of a large fleet takes tens of ms; a command frame waiting
-                    # that long for its vehicle would be the simulator's latency, not the
-                    # autopilot's (ArduPilot answers within a loop of its own, ~2.5 ms).
-                    await asyncio.sleep(0)
-            for v in self.vehicles:
+            sim_now = (wall - self._t0) * speedup
+            for v in vehicles:
                 if v.needs_service(sim_now, wall):
                     await v.service(sim_now, wall)
             done = time.monotonic()
             stats.ticks += 1
-            stats.busy_s += done - wall
+            stats.busy_s += busy + (done - wall)
             next_tick += period
             delay = next_tick - done
             if delay < -period:

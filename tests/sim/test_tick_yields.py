@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+import sim.cli
 import sim.fleet
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
@@ -43,3 +44,52 @@ async def test_a_tick_of_many_vehicles_lets_other_work_run_between_chunks(monkey
         # Vehicles 1-2 in one chunk, 3-4 in the next, 5 in the last: the other task ran between chunks,
         # never inside one.
         assert counts[0] == counts[1] < counts[2] == counts[3] < counts[4], counts
+
+
+def test_chunks_are_spread_over_the_tick_unless_in_step() -> None:
+    firsts = list(range(0, 1000, sim.fleet.TICK_CHUNK))
+    spread = sim.fleet.chunk_slots(1000, 0.05, in_step=False)
+    assert [f for f, _ in spread] == firsts
+    offsets = [o for _, o in spread]
+    assert offsets[0] == 0.0 and offsets == sorted(offsets) and offsets[-1] < 0.05
+    assert offsets[1] == pytest.approx(0.05 / len(firsts))
+    assert sim.fleet.chunk_slots(1000, 0.05, in_step=True) == [(f, 0.0) for f in firsts]
+    assert sim.fleet.chunk_slots(1, 0.05, in_step=False) == [(0, 0.0)]
+
+
+async def test_out_of_step_vehicles_of_later_chunks_are_stepped_later_in_the_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sim.fleet, "TICK_CHUNK", 2)
+    walls: dict[int, list[float]] = {}
+    real_tick = SimVehicle.tick
+
+    def tick(self: SimVehicle, sim_now: float, wall: float) -> None:
+        walls.setdefault(self.sysid, []).append(wall)
+        real_tick(self, sim_now, wall)
+
+    monkeypatch.setattr(SimVehicle, "tick", tick)
+    period = 0.06
+    async with SimFleet(SimConfig(vehicles=5, base_port=0, speedup=1.0, tick_s=period)):
+        for _ in range(100):  # bounded: until a few ticks ran
+            if len(walls.get(5, [])) >= 4:
+                break
+            await asyncio.sleep(0.02)
+    n = min(len(walls[1]), len(walls[5]))
+    assert n >= 4
+    # Three chunks: vehicle 5 (the third) is stepped two thirds of a period after vehicle 1 of its tick,
+    # never earlier (a sleep never ends early; a busy machine may make it later).
+    for first, last in zip(walls[1][:n], walls[5][:n], strict=True):
+        assert last - first >= period * 2 / 3 - 0.001, (first, last)
+
+
+@pytest.mark.parametrize(("env", "argv", "in_step"), [
+    (None, [], False), ("1", [], True), ("0", [], False), ("", [], False), (None, ["--in-step"], True),
+])
+def test_in_step_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch, env: str | None,
+                                                  argv: list[str], in_step: bool) -> None:
+    if env is None:
+        monkeypatch.delenv(sim.cli.IN_STEP_ENV, raising=False)
+    else:
+        monkeypatch.setenv(sim.cli.IN_STEP_ENV, env)
+    args = sim.cli.build_parser().parse_args(argv)
+    assert sim.cli.config_from_args(args).in_step is in_step
