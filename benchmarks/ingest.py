@@ -34,6 +34,7 @@ from gateway.entry import tune_process
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.uplink import UplinkConfig
+from sim.stepmode import in_step_from_env
 
 
 def _rss_mib() -> float:
@@ -215,6 +216,7 @@ async def run_ingest(
         expected = n * sum(cfg.rates_hz.values()) * wall
         result.update({
             "vehicles": n, "duration_s": round(wall, 2), "event_loop": "uvloop" if args.uvloop else "asyncio",
+            "sim_in_step": in_step_from_env(),
             "mavlink_msgs_per_s": round(msgs / wall, 1),
             "state_msgs_per_s": round(pubs / wall, 1),
             "state_expected_per_s": round(expected / wall, 1),

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import NatsServer
+from sim.stepmode import in_step_from_env
 
 
 def percentile(values: Sequence[float], q: float, *, scale: float = 1.0, digits: int = 3) -> float | None:
@@ -58,7 +59,8 @@ def start_sim(
             stop_process(proc)
             tail = b"".join(seen[-5:]).decode(errors="replace")
             raise SystemExit(f"mavjet bench: the simulator did not report ready ({ready_timeout_s:.0f} s):\n{tail}")
-    print(f"sim ready: {vehicles} vehicles in {time.monotonic() - started:.1f} s", flush=True)
+    step = "in step" if in_step_from_env() else "out of step"
+    print(f"sim ready: {vehicles} vehicles in {time.monotonic() - started:.1f} s ({step})", flush=True)
     return proc
 
 

@@ -47,6 +47,7 @@ from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.client import CommandClient
 from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from sim.stepmode import in_step_from_env
 
 ENV = "bench"
 # `python -m gateway` of whichever build is first on the path (a --gateway-ref worktree's, or this one).
@@ -271,6 +272,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         out["state_delivered_ratio"] = round((seq1 - seq0) / wall / expected, 3)
         out["gateway_cpu_pct"] = round(100 * cpu / wall, 1)
         out["sim_cpu_pct"] = round(100 * (_proc_cpu_s(sim_pid) - sim0) / wall, 1)
+        out["sim_in_step"] = in_step_from_env()
         def delta(name: str, **match: str) -> float:
             return _total(m1, name, **match) - _total(m0, name, **match)
 

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -24,10 +23,7 @@ from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from gateway.contract.errors import ConfigError, LinkError
 from sim.fleet import SimConfig, SimFleet
-
-# `--in-step` by default when set (not "0"): benchmarks that compare two builds drive both with this
-# simulator, and the older build's benchmark code passes no simulator options.
-IN_STEP_ENV = "MAVJET_SIM_IN_STEP"
+from sim.stepmode import IN_STEP_ENV, in_step_from_env
 
 _IN_PROGRESS_NAMES = {
     "takeoff": mavlink2.MAV_CMD_NAV_TAKEOFF,
@@ -57,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-progress", action="append", default=[], choices=sorted(_IN_PROGRESS_NAMES),
                    help="answer this command MAV_RESULT_IN_PROGRESS first (repeatable)")  # fmt: skip
     p.add_argument("--tick-ms", type=float, default=50.0, help="wall milliseconds between simulation ticks")
-    p.add_argument("--in-step", action="store_true", default=os.environ.get(IN_STEP_ENV, "") not in ("", "0"),
+    p.add_argument("--in-step", action="store_true", default=in_step_from_env(),
                    help="step every vehicle at the tick's start, so the whole fleet sends in one burst a tick "
                         f"(default: out of step, spread over the tick, as real autopilots are; env {IN_STEP_ENV}=1)")
     p.add_argument("--battery-drain", type=float, default=1.0, help="battery drain multiplier")

@@ -8,6 +8,7 @@ import pytest
 
 import sim.cli
 import sim.fleet
+import sim.stepmode
 from sim.fleet import SimConfig, SimFleet
 from sim.vehicle import SimVehicle
 
@@ -88,8 +89,8 @@ async def test_out_of_step_vehicles_of_later_chunks_are_stepped_later_in_the_tic
 def test_in_step_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch, env: str | None,
                                                   argv: list[str], in_step: bool) -> None:
     if env is None:
-        monkeypatch.delenv(sim.cli.IN_STEP_ENV, raising=False)
+        monkeypatch.delenv(sim.stepmode.IN_STEP_ENV, raising=False)
     else:
-        monkeypatch.setenv(sim.cli.IN_STEP_ENV, env)
+        monkeypatch.setenv(sim.stepmode.IN_STEP_ENV, env)
     args = sim.cli.build_parser().parse_args(argv)
     assert sim.cli.config_from_args(args).in_step is in_step
