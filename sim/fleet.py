@@ -65,8 +65,8 @@ def chunk_slots(vehicles: int, period_s: float, *, in_step: bool) -> list[tuple[
     a large fleet's vehicles send at many instants of a tick, as independent
     autopilots do (each booted at its own time, each with its own scheduler).
     In step, every chunk is stepped at the tick's start, one after the other:
-    the whole fleet sends in one burst per tick, which flatters a gateway that
-    reads in bursts (docs/sim.md).
+    the whole fleet sends in one burst per tick, which can flatter a gateway
+    that reads in bursts (docs/sim.md).
     """
     firsts = range(0, vehicles, TICK_CHUNK)
     if in_step:
