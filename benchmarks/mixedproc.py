@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 from nats.aio.client import Client
 
+from benchmarks import cpuwait
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
 from benchmarks.kit import percentile
@@ -254,6 +255,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         m0 = await asyncio.to_thread(_scrape, port)
         seq0, cpu0 = await _state_seq(server.url), [_proc_cpu_s(p) for p in pids]
         sim0 = _proc_cpu_s(sim_pid)
+        waits = {"gateway": pids, "sim": [sim_pid], "nats": [server.proc.pid] if server.proc else []}
+        wait0 = cpuwait.snapshot(waits)
         t0 = time.monotonic()
         every: float = getattr(args, "scrape_every", 0.0)
         seed = command_seed(args)
@@ -263,6 +266,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
                                        scrape=(lambda: scrape_every(port, every, args.duration)) if every else None,
                                        poisson=seed is not None))
         wall = time.monotonic() - t0
+        wait1 = cpuwait.snapshot(waits)
         seq1 = await _state_seq(server.url)
         m1 = await asyncio.to_thread(_scrape, port)
         cpu = sum(_proc_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True))
@@ -273,6 +277,8 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         out["gateway_cpu_pct"] = round(100 * cpu / wall, 1)
         out["sim_cpu_pct"] = round(100 * (_proc_cpu_s(sim_pid) - sim0) / wall, 1)
         out["sim_in_step"] = in_step_from_env()
+        # Time each process was ready and had no core (benchmarks/cpuwait.py): each hop of a command may wait so.
+        out.update(cpuwait.report(wait0, wait1))
         def delta(name: str, **match: str) -> float:
             return _total(m1, name, **match) - _total(m0, name, **match)
 

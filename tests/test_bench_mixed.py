@@ -45,6 +45,10 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
         assert cmds[part]["p50"] is not None and 0 <= cmds[part]["p50"] <= cmds[part]["p99"] <= cmds["max_ms"], cmds
     # State counted from TWIN_STATE's sequence: 3 vehicles at the configured rates were stored.
     assert res["state_stored_per_s"] > 0 and res["state_delivered_ratio"] > 0.5
+    # How long each process waited for a CPU in the window (benchmarks/cpuwait.py), where Linux says.
+    if Path("/proc/self/schedstat").exists():
+        for proc in ("gateway", "sim", "nats"):
+            assert res[f"{proc}_cpu_wait_pct"] is not None and res[f"{proc}_cpu_wait_pct"] >= 0, res
     # /metrics scraped during the window, as Prometheus would: every 0.5 s for 2 s.
     assert 3 <= res["scrapes"]["count"] <= 5 and 0 < res["scrapes"]["p50_ms"] <= res["scrapes"]["max_ms"]
 
