@@ -93,7 +93,8 @@ def use_tree_sim(root: Path, tree: Path) -> None:
 
 @contextmanager
 def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
-    """(repository root, a temporary worktree of `ref`, its short sha); the worktree is removed after."""
+    """(repository root, a temporary worktree of `ref`, its short sha); the worktree and its
+    temporary directory (the rounds' reports, read by then) are removed after."""
     root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
     sha = _git("rev-parse", "--short", f"{ref}^{{commit}}", cwd=root)
     tree = Path(tempfile.mkdtemp(prefix="mavjet-compare-")) / "ref"
@@ -102,6 +103,7 @@ def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
         yield root, tree, sha
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True, check=False)
+        shutil.rmtree(tree.parent, ignore_errors=True)
 
 
 def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,

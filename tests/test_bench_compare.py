@@ -61,6 +61,9 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert data["cpu_hog"] == 1 and not _hogs_left(), "the load processes outlived the comparison"
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "mavjet-compare-" not in listed  # the temporary worktree is gone
+    # ... and so is its temporary directory with the rounds' reports (the run lines name them).
+    reports = [Path(w) for w in proc.stdout.split() if "mavjet-compare-" in w and w.endswith(".json")]
+    assert reports and not any(r.parent.exists() for r in reports), reports
 
 
 def _hogs_left() -> list[str]:
