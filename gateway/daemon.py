@@ -87,6 +87,38 @@ class _TickSteps:
         self.start()
 
 
+class LinkRota:
+    """Whose link channel is due this tick: the fleet spread round-robin over the link period.
+
+    Every vehicle's link channel in one tick was a burst at the same instant of each second (1,000
+    samples packed and written at once), and the loop's late turns came at that instant. Spread,
+    each vehicle still gets one a period, the first vehicle at once and the last a period later.
+    A stalled loop owes at most one a vehicle: a late liveness record is replaced, not repeated.
+    """
+
+    __slots__ = ("_cursor", "_last_ns", "_n", "_owed", "_period_ns")
+
+    def __init__(self, n: int, period_ns: int, now_ns: int) -> None:
+        self._n = n
+        self._period_ns = period_ns
+        self._last_ns = now_ns
+        self._owed = 1.0 if n else 0.0
+        self._cursor = 0
+
+    def take(self, now_ns: int) -> list[int]:
+        """The indices due at `now_ns`, each at most once a call, in round-robin order."""
+        n = self._n
+        if not n:
+            return []
+        self._owed = min(float(n), self._owed + n * max(0, now_ns - self._last_ns) / self._period_ns)
+        self._last_ns = now_ns
+        k = int(self._owed)
+        self._owed -= k
+        start = self._cursor
+        self._cursor = (start + k) % n
+        return [(start + j) % n for j in range(k)]
+
+
 class Gateway:
     """The daemon as an object, so tests and benchmarks can run it in-process."""
 
@@ -161,7 +193,7 @@ class Gateway:
 
         A tick's work is cut into steps, each published and followed by a yield, so a command's
         delivery, its vehicle's ACK and its result do not wait behind a whole tick of state (the
-        link channel of every vehicle at once, or the backlog of a loop that fell behind). Steps are
+        backlog of a loop that fell behind). The link channel is spread over its period (`LinkRota`). Steps are
         `TICK_STEP_S` while a command runs (`ServiceContext.foreground`), else `TICK_IDLE_STEP_S`
         (up to `TICK_MAX_IDLE_STEP_S` while reading holds the loop longer, `_StepBudget`): every
         yield is another pass over the fleet's sockets, and at 2,000 vehicles 3 ms steps all the
@@ -171,9 +203,8 @@ class Gateway:
         twins = list(self.twins.values())
         dirty = self._dirty
         link_hz = self.cfg.rates_hz.get("link")
-        link_every_ns = int(1e9 / link_hz) if link_hz else None
         clock = self.clock
-        next_link_ns = clock.now_ns()
+        rota = LinkRota(len(twins), int(1e9 / link_hz), clock.now_ns()) if link_hz else None
         tick_gauge = self.metrics.loop_tick
         publish_states = self.publisher.publish_states
         foreground = self.context.foreground
@@ -210,11 +241,11 @@ class Gateway:
                         await steps.next()
                 if due:
                     await publish_states(due)
-            if link_every_ns is not None and now_ns >= next_link_ns:
-                next_link_ns = max(next_link_ns + link_every_ns, now_ns)
+            if rota is not None and (due_links := rota.take(now_ns)):
                 links: list[StateSample] = []
                 steps = _TickSteps(foreground, budget)
-                for i, twin in enumerate(twins):
+                for i, t in enumerate(due_links):
+                    twin = twins[t]
                     try:
                         twin.collect_link(now_ns, links)
                     except Exception:

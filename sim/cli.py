@@ -54,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer this command MAV_RESULT_IN_PROGRESS first (repeatable)")  # fmt: skip
     p.add_argument("--tick-ms", type=float, default=50.0, help="wall milliseconds between simulation ticks")
     p.add_argument("--in-step", action="store_true", default=in_step_from_env(),
-                   help="step every vehicle at the tick's start, so the whole fleet sends in one burst a tick "
-                        f"(default: out of step, spread over the tick, as real autopilots are; env {IN_STEP_ENV}=1)")
+                   help="step every vehicle at the tick's start and heartbeat them all at the same instant of the "
+                        "second, so the whole fleet sends in one burst a tick (default: out of step, spread over the "
+                        f"tick and the second, as real autopilots are; env {IN_STEP_ENV}=1)")
     p.add_argument("--battery-drain", type=float, default=1.0, help="battery drain multiplier")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--terrain-tiles", action="store_true",

@@ -9,8 +9,10 @@ by `tick_s * speedup`, steps every vehicle to it and writes each vehicle's
 frames with one `write()` per client. A task per vehicle (let alone per
 stream) would cost a thousand wake-ups a tick at load-test sizes. A large
 fleet is stepped in chunks of `TICK_CHUNK` vehicles spread over the tick
-(`chunk_slots`), so its vehicles are out of step as real autopilots are;
-`in_step` steps them all at the tick's start.
+(`chunk_slots`), and each vehicle heartbeats at its own instant of the
+second (`heartbeat_phase_s`), so its vehicles are out of step as real
+autopilots are; `in_step` steps them all at the tick's start and
+heartbeats them together.
 
 The tick task is a plain asyncio task started in `start()` and cancelled
 and awaited in `stop()`, not an anyio task group held open across
@@ -74,6 +76,17 @@ def chunk_slots(vehicles: int, period_s: float, *, in_step: bool) -> list[tuple[
     return [(first, period_s * i / len(firsts)) for i, first in enumerate(firsts)]
 
 
+# The golden ratio's fraction: vehicle i's phase is i times this, modulo 1, so any first k vehicles
+# of a fleet are spread evenly over the second (a fleet of 3 as well as one of 1,000).
+_PHASE_STEP: Final = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def heartbeat_phase_s(index: int, *, in_step: bool) -> float:
+    """Sim seconds before vehicle `index`'s first HEARTBEAT: out of step, spread over the second, as
+    autopilots that booted at their own instants are; in step, all at once (docs/sim.md)."""
+    return 0.0 if in_step else (index * _PHASE_STEP) % 1.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
     """How many vehicles, where they listen, how fast time runs, and fleet-wide fault defaults."""
@@ -89,7 +102,7 @@ class SimConfig:
     corrupt: float = 0.0
     loss_in: float = 0.0
     tick_s: float = 0.05  # wall seconds between ticks
-    in_step: bool = False  # every vehicle stepped at the tick's start (see chunk_slots); default: spread over it
+    in_step: bool = False  # every vehicle stepped at the tick's start, heartbeats in one instant; default: spread
     gps_fix_s: float = 1.0  # sim seconds from boot to a 3D fix
     ekf_settle_s: float = 2.0  # sim seconds from boot until the EKF (and pre-arm) is happy
     boot_s: float = 3.0  # ArduPilot: sim seconds in system_status BOOT before "ArduPilot Ready" (SITL: ~3 s)
@@ -214,6 +227,7 @@ class SimFleet:
                     battery_drain_scale=cfg.battery_drain_scale,
                     seed=cfg.seed * 100_003 + i,
                     terrain_preloaded=cfg.terrain_tiles,
+                    heartbeat_phase_s=heartbeat_phase_s(i, in_step=cfg.in_step),
                 )
                 v = SimVehicle(
                     opts,

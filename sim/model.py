@@ -77,6 +77,10 @@ class VehicleOptions:
     seed: int = 0
     terrain_preloaded: bool = False  # terrain files for the area on the "SD card" (sim/terrain.py)
     boot_s: float = 3.0  # ArduPilot: sim seconds in BOOT before "ArduPilot Ready" / STANDBY (SITL: ~3 s)
+    # Sim seconds before the first HEARTBEAT: where in the second this vehicle's scheduler runs.
+    # A fleet's autopilots booted at different instants, so their heartbeats (and the streams a
+    # ground station starts on hearing one) are spread over the second, not sent in one burst.
+    heartbeat_phase_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -130,6 +134,7 @@ class VehicleModel:
         self._vtol_state = R.MAV_VTOL_STATE_MC if opts.flavour.name == "ardupilot" else R.MAV_VTOL_STATE_UNDEFINED
         self.now = 0.0
         self._boot(0.0)
+        self.schedule.reset(opts.heartbeat_phase_s)  # the first HEARTBEAT at this vehicle's phase
 
     # ------------------------------------------------------------------ boot
     def _boot(self, now: float) -> None:

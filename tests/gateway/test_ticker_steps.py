@@ -76,3 +76,28 @@ async def test_the_idle_step_grows_while_other_work_holds_the_loop_and_shrinks_b
     assert budget.idle_s == TICK_MAX_IDLE_STEP_S  # the gap was longer than the cap
     await steps.next()  # nothing else to run: a short gap
     assert budget.idle_s == TICK_IDLE_STEP_S
+
+
+def test_the_link_rota_spreads_the_fleet_over_the_period_each_vehicle_once() -> None:
+    period_ns = 1_000_000_000
+    rota = gateway.daemon.LinkRota(100, period_ns, 0)
+    assert rota.take(0) == [0], "the first vehicle's link channel goes at once"
+    taken: list[int] = []
+    per_tick: list[int] = []
+    for tick in range(1, 51):  # a period of 20-ms ticks
+        due = rota.take(tick * 20_000_000)
+        per_tick.append(len(due))
+        taken += due
+    assert sorted(taken) == list(range(100)), "every vehicle once a period (vehicle 0 again, a period on)"
+    assert taken[-1] == 0
+    assert max(per_tick) <= 3, f"a burst: {per_tick}"
+    assert rota.take(50 * 20_000_000 + 5_000_000) == [], "half a vehicle's share of time: none yet"
+    assert rota.take(50 * 20_000_000 + 10_000_000) == [1], "round-robin: the next one"
+
+
+def test_a_stalled_loop_owes_each_vehicle_one_link_channel_not_a_backlog() -> None:
+    rota = gateway.daemon.LinkRota(10, 1_000_000_000, 0)
+    assert rota.take(0) == [0]
+    assert rota.take(5_000_000_000) == [*range(1, 10), 0], "five periods late: each vehicle once"
+    assert rota.take(5_020_000_000) == [], "and no catching up after it"
+    assert gateway.daemon.LinkRota(0, 1_000_000_000, 0).take(10**12) == []

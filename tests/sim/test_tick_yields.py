@@ -9,7 +9,10 @@ import pytest
 import sim.cli
 import sim.fleet
 import sim.stepmode
+import sim.streams
+import sim.telemetry
 from sim.fleet import SimConfig, SimFleet
+from sim.model import VehicleModel
 from sim.vehicle import SimVehicle
 
 
@@ -94,3 +97,41 @@ def test_in_step_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv(sim.stepmode.IN_STEP_ENV, env)
     args = sim.cli.build_parser().parse_args(argv)
     assert sim.cli.config_from_args(args).in_step is in_step
+
+
+def test_heartbeat_phases_spread_a_fleet_over_the_second_unless_in_step() -> None:
+    phases = [sim.fleet.heartbeat_phase_s(i, in_step=False) for i in range(1000)]
+    assert phases[0] == 0.0 and all(0.0 <= p < 1.0 for p in phases)
+    # Any first k vehicles are spread evenly: every tenth of the second has its share, for 10 as for 1,000.
+    for k in (10, 100, 1000):
+        tenths = [sum(1 for p in phases[:k] if t / 10 <= p < (t + 1) / 10) for t in range(10)]
+        assert min(tenths) >= k // 10 - 1 and max(tenths) <= k // 10 + 1, (k, tenths)
+    assert {sim.fleet.heartbeat_phase_s(i, in_step=True) for i in range(1000)} == {0.0}
+
+
+async def test_out_of_step_vehicles_heartbeat_at_their_own_instants_of_the_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each vehicle's first HEARTBEAT comes at its phase, and the next ones a period apart from it."""
+    sent: dict[int, list[float]] = {}
+    real_emit = sim.telemetry.emit
+
+    def emit(v: VehicleModel, msg_id: int) -> None:
+        if msg_id == sim.streams.HEARTBEAT:
+            sent.setdefault(v.sysid, []).append(v.now)
+        real_emit(v, msg_id)
+
+    monkeypatch.setattr(sim.telemetry, "emit", emit)
+    async with SimFleet(SimConfig(vehicles=4, base_port=0, speedup=1.0, tick_s=0.02)):
+        for _ in range(200):  # bounded: until every vehicle sent two heartbeats
+            if len(sent) == 4 and all(len(t) >= 2 for t in sent.values()):
+                break
+            await asyncio.sleep(0.02)
+    assert len(sent) == 4
+    for i, sysid in enumerate(sorted(sent)):
+        phase = sim.fleet.heartbeat_phase_s(i, in_step=False)
+        first, second = sent[sysid][:2]
+        assert second - first == pytest.approx(1.0, abs=0.03)
+        # Sent in the tick at or just after the vehicle's slot in the second (a 20-ms tick, a busy machine).
+        offset = (first - phase) % 1.0
+        assert offset < 0.1, (sysid, phase, sent[sysid])
+    assert len({round(t[0] % 1.0, 1) for t in sent.values()}) >= 3, "the heartbeats came at one instant"
