@@ -30,7 +30,7 @@ import anyio
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from benchmarks.kit import nats_and_sim, percentile, report
+from benchmarks.kit import nats_and_sim, percentile, percentile_ci, report
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.commands.consumer import CommandService
@@ -52,6 +52,7 @@ def summary(latencies_ms: list[float], count: int, wall_s: float) -> dict[str, A
         "per_s": round(count / wall_s, 1) if wall_s > 0 else None,
         "p50_ms": percentile(latencies_ms, 0.50),
         "p99_ms": percentile(latencies_ms, 0.99),
+        "p99_ci95_ms": percentile_ci(latencies_ms, 0.99),
         "max_ms": round(max(latencies_ms), 3) if latencies_ms else None,
     }
 

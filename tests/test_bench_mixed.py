@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.commands import open_loop
+from benchmarks.kit import percentile, percentile_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,7 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     assert cmds["count"] == 8 and cmds["results"] == {"accepted": 8}
     assert base["count"] == 8 and base["errors"] == {}
     assert 0 < cmds["p50_ms"] <= cmds["p99_ms"] and res["ratio_latency_p99"] > 0
+    assert "p99_ci95_ms" in cmds and cmds["p99_ci95_ms"] is None, cmds  # 8 commands: too few for the p99's interval
     # The gateway's split of a command's time, read from its phase histogram (bucket bounds in ms).
     phases = [res[f"gateway_phase_{ph}_ms"] for ph in ("queue", "ledger", "vehicle", "result")]
     assert all(p["p50_le"] is not None and 0 < p["p50_le"] <= p["p99_le"] for p in phases), phases
@@ -110,3 +112,38 @@ def test_mixed_refuses_an_unknown_arrival_process() -> None:
     proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--arrivals", "bursty"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--arrivals" in proc.stderr
+
+
+def test_the_p99s_interval_brackets_it_with_the_order_statistics_the_binomial_allows() -> None:
+    values = [float(i) for i in range(600)]  # 0 .. 599 ms, the 600 commands of a 60-s run at 10/s
+    random.Random(1).shuffle(values)
+    assert percentile(values, 0.99) == 594.0
+    # Bin(600, 0.99): P(B < 589) = 0.020 and P(B >= 599) = 0.017 are the widest tails within 2.5 %
+    # (one rank further, 0.042 and 0.061): the 12th slowest to the 2nd slowest.
+    assert percentile_ci(values, 0.99) == (588.0, 598.0)
+    assert percentile_ci(values, 0.5) == (275.0, 324.0)
+    assert percentile_ci([float(i) for i in range(370)], 0.99) == (361.0, 369.0)
+    # Too few samples for the upper end: no interval rather than a false one.
+    assert percentile_ci([float(i) for i in range(360)], 0.99) is None
+    assert percentile_ci([5.0], 0.99) is None and percentile_ci([], 0.5) is None
+
+
+def test_the_interval_covers_the_true_quantile_as_often_as_it_says() -> None:
+    """Uniform samples on [0, 1), whose q-quantile is q: the 95 % interval holds it in ~95 % of runs."""
+    rng = random.Random(7)
+    for q, n in ((0.99, 600), (0.5, 101)):
+        covered = 0
+        for _ in range(400):  # bounded
+            ci = percentile_ci([rng.random() for _ in range(n)], q, digits=9)
+            assert ci is not None
+            covered += ci[0] <= q <= ci[1]
+        assert 0.93 * 400 <= covered <= 0.995 * 400, (q, covered)
+
+
+def test_a_run_whose_tail_moved_shows_it_in_the_interval() -> None:
+    """Two runs with the same p99 but a different spread of the slowest commands: the intervals differ."""
+    calm = [10.0] * 580 + [40.0] * 20
+    spiky = [10.0] * 580 + [40.0] * 15 + [200.0] * 5
+    assert percentile(calm, 0.99) == percentile(spiky, 0.99) == 40.0
+    assert percentile_ci(calm, 0.99) == (40.0, 40.0)
+    assert percentile_ci(spiky, 0.99) == (40.0, 200.0)
