@@ -193,7 +193,8 @@ class Gateway:
 
         A tick's work is cut into steps, each published and followed by a yield, so a command's
         delivery, its vehicle's ACK and its result do not wait behind a whole tick of state (the
-        backlog of a loop that fell behind). The link channel is spread over its period (`LinkRota`). Steps are
+        backlog of a loop that fell behind); the link channel is spread over its period
+        (`LinkRota`), a share of the fleet each tick. Steps are
         `TICK_STEP_S` while a command runs (`ServiceContext.foreground`), else `TICK_IDLE_STEP_S`
         (up to `TICK_MAX_IDLE_STEP_S` while reading holds the loop longer, `_StepBudget`): every
         yield is another pass over the fleet's sockets, and at 2,000 vehicles 3 ms steps all the
