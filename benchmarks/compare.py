@@ -38,9 +38,14 @@ from statistics import mean
 from typing import Any
 
 from benchmarks.kit import cpu_hogs, run_json
+from gateway.ops.natsserver import COLOCATED_GOMAXPROCS
 
 # Run the ref's own dispatcher: older refs have no entry points, newer ones do.
 _REF_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+# Benchmarks whose nats-server shares the machine with the simulator and the gateway
+# (benchmarks/kit.py `nats_and_sim`). Their server gets COLOCATED_GOMAXPROCS through the
+# environment, so a ref from before that setting runs its server the same way.
+_COLOCATED = frozenset({"commands", "ingest", "mixed", "overload", "uplink"})
 
 
 def _git(*args: str, cwd: Path) -> str:
@@ -127,6 +132,9 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
     tmp = tree.parent
     ref_runs: list[dict[str, Any]] = []
     new_runs: list[dict[str, Any]] = []
+    base_env = dict(os.environ)
+    if name in _COLOCATED:
+        base_env.setdefault("GOMAXPROCS", str(COLOCATED_GOMAXPROCS))
     with cpu_hogs(cpu_hog):  # the same load for both sides, for the whole comparison
         for i in range(1, rounds + 1):
             print(f"round {i}/{rounds}", flush=True)
@@ -135,11 +143,11 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
             for side in order:
                 report = tmp / f"{side}-{i}.json"
                 if side == "ref":
-                    env = {**os.environ, "PYTHONPATH": str(tree)}
+                    env = {**base_env, "PYTHONPATH": str(tree)}
                     cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
                     ref_runs.append(run_json(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
                 else:
-                    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                    env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"}
                     cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, *new_args,
                            "--json", str(report)]
                     new_runs.append(run_json("working tree", cmd, cwd=root, env=env, out=report))

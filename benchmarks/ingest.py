@@ -221,6 +221,7 @@ async def run_ingest(
         result.update({
             "vehicles": n, "duration_s": round(wall, 2), "event_loop": "uvloop" if args.uvloop else "asyncio",
             "sim_in_step": in_step_from_env(),
+            "nats_gomaxprocs": server.go_max_procs,  # the Go runtime's threads for nats-server
             "mavlink_msgs_per_s": round(msgs / wall, 1),
             "state_msgs_per_s": round(pubs / wall, 1),
             "state_expected_per_s": round(expected / wall, 1),

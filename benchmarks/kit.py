@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.ops.demo import pick_base_port
-from gateway.ops.natsserver import NatsServer
+from gateway.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer
 from sim.stepmode import in_step_from_env
 
 
@@ -102,7 +102,8 @@ def nats_and_sim(
     """A nats-server in a temporary directory and the simulator with `sim_vehicles`, both stopped
     and the directory removed on the way out: `(server, sim, base_port, tmp_dir)`."""
     tmp = tempfile.TemporaryDirectory(prefix=prefix)
-    server = NatsServer(store_dir=f"{tmp.name}/js")
+    # The server shares the machine with the simulator and the gateway, as on a small edge hub.
+    server = NatsServer(store_dir=f"{tmp.name}/js", gomaxprocs=COLOCATED_GOMAXPROCS)
     sim: subprocess.Popen[bytes] | None = None
     try:
         server.start()

@@ -70,6 +70,7 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
             out["state_msgs_per_s"] = round((gw.publisher.state_published - p0) / wall, 1)
             out["state_expected_per_s"] = round(expected / wall, 1)
             out["state_delivered_ratio"] = round((gw.publisher.state_published - p0) / expected, 3)
+            out["nats_gomaxprocs"] = server.go_max_procs
         finally:
             gw.request_stop("bench done")
 

@@ -277,6 +277,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         out["gateway_cpu_pct"] = round(100 * cpu / wall, 1)
         out["sim_cpu_pct"] = round(100 * (_proc_cpu_s(sim_pid) - sim0) / wall, 1)
         out["sim_in_step"] = in_step_from_env()
+        out["nats_gomaxprocs"] = server.go_max_procs
         # Time each process was ready and had no core (benchmarks/cpuwait.py): each hop of a command may wait so.
         out.update(cpuwait.report(wait0, wait1))
         def delta(name: str, **match: str) -> float:

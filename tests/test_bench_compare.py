@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,8 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert new["events_enqueued"] > 0 and new["events_lost"] == 0 and new["nats_reconnects"] == 0
     # The fleet epoll's passes are counted, each reading at least one ready socket (uvloop too).
     assert new["reactor_passes_per_s"] > 0 and new["reads_per_reactor_pass"] >= 1.0, new
+    # The co-located nats-server runs on COLOCATED_GOMAXPROCS Go threads, unless the environment says.
+    assert new["nats_gomaxprocs"] == os.environ.get("GOMAXPROCS", "1"), new
     # The kernel's part of the gateway's CPU is split out (os.times counts in clock ticks: a margin).
     assert 0.0 <= new["gateway_cpu_sys_pct"] <= new["gateway_cpu_pct"] + 1.0, new
     # The waits for a CPU (benchmarks/cpuwait.py) are in the report, where Linux says.

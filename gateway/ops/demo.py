@@ -34,7 +34,7 @@ from gateway.contract.natsconn import NatsOptions, connect_kwargs, open_client
 from gateway.contract.units import parse_duration_s
 from gateway.ops import auth
 from gateway.ops.fleet import show
-from gateway.ops.natsserver import DEV_CONFIG, NatsServer, free_port
+from gateway.ops.natsserver import COLOCATED_GOMAXPROCS, DEV_CONFIG, NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.ops.runner import run_cli
 from gateway.ops.sortie import fly_sortie_forever
@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         creds = data / "auth" / "creds"
         (data / "nats.conf").write_text(DEV_CONFIG + "include auth/auth.conf\n")
         config = str(data / "nats.conf")
-    server = NatsServer(store_dir=str(data / "js"), log_file=str(data / "nats.log"), config_file=config)
+    server = NatsServer(store_dir=str(data / "js"), log_file=str(data / "nats.log"), config_file=config,
+                        gomaxprocs=COLOCATED_GOMAXPROCS)
     sim: subprocess.Popen[bytes] | None = None
     gw: subprocess.Popen[bytes] | None = None
     try:

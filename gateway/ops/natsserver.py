@@ -22,6 +22,13 @@ from gateway.contract.errors import MavjetError
 
 DEV_CONFIG = "jetstream { max_file_store: 1TB, max_memory_store: 1GB }\n"
 
+# Go's runtime (GOMAXPROCS) for a nats-server that shares a small machine with the gateway and
+# the simulator (`mavjet demo`, the benchmarks). Go runs a thread per core by default; on 2
+# cores beside two busy Python processes its threads waited for a CPU about half the time, and
+# the state acks with them. One thread: the state p99 at 2,000 vehicles 48-92 ms against 77-100
+# ms (docs/performance.md). The server needs a third of one core at that scale.
+COLOCATED_GOMAXPROCS = 1
+
 
 class NatsServerError(MavjetError):
     """nats-server could not be found or did not become ready."""
@@ -71,6 +78,9 @@ class NatsServer:
     extra_args: list[str] = field(default_factory=list)
     config_file: str | None = None
     log_file: str | None = None
+    # GOMAXPROCS for the server's Go runtime; None keeps Go's default (a thread per core).
+    # A GOMAXPROCS already in the environment wins: the operator asked for it.
+    gomaxprocs: int | None = None
     ready_timeout_s: float = 15.0
     proc: subprocess.Popen[bytes] | None = None
     _tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -78,6 +88,20 @@ class NatsServer:
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        """The server process's environment: this one's, with `gomaxprocs` unless GOMAXPROCS is set."""
+        env = dict(os.environ)
+        if self.gomaxprocs is not None:
+            if self.gomaxprocs < 1:
+                raise NatsServerError(f"gomaxprocs must be at least 1, got {self.gomaxprocs}")
+            env.setdefault("GOMAXPROCS", str(self.gomaxprocs))
+        return env
+
+    @property
+    def go_max_procs(self) -> str:
+        """What the server's Go runtime was given, for reports: a number, or "default" (a thread per core)."""
+        return self.environment().get("GOMAXPROCS") or "default"
 
     def start(self) -> NatsServer:
         if self.port == 0:
@@ -99,7 +123,7 @@ class NatsServer:
         args += self.extra_args
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=self.environment())
         finally:
             if self.log_file and not isinstance(out, int):
                 out.close()
