@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.compare import sim_digest, summarise
+from benchmarks.cli import BENCHMARKS
+from benchmarks.compare import _COLOCATED, sim_digest, summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,6 +23,11 @@ def test_summary_means_each_side_and_gives_new_over_ref() -> None:
     assert table["msgs"] == {"ref": 200.0, "new": 200.0, "ratio": 1.0}
     assert table["lat.p50"] == {"ref": 3.0, "new": 1.5, "ratio": 0.5}
     assert "ok" not in table and "name" not in table and "extra" not in table
+
+
+def test_colocated_benchmarks_are_benchmarks() -> None:
+    # A renamed benchmark must not silently lose its server's setting on the ref side.
+    assert _COLOCATED.issubset(BENCHMARKS) and "ingest" in _COLOCATED and "replay" not in _COLOCATED
 
 
 def test_summary_of_a_zero_reference_has_no_ratio() -> None:
