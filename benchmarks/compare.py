@@ -82,6 +82,28 @@ def summarise(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) ->
     return out
 
 
+def unequal_work(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) -> list[str]:
+    """Warnings for runs that did not sustain their configured state rate (a report's `sustained`).
+
+    A gateway that falls behind sheds state before it is packed and published
+    (docs/performance.md, Overload), so its CPU per MAVLink message counts less
+    work than a side that kept up: the ratio then flatters the side that shed.
+    A comparison of CPU per message is like for like at a fleet size both sides sustain.
+    """
+    notes = []
+    for side, runs in (("ref", ref_runs), ("new", new_runs)):
+        short = [r for r in runs if r.get("sustained") is False]
+        if short:
+            rates = ", ".join(f"{r.get('state_msgs_per_s', 0):.0f}" for r in short)
+            expected = short[0].get("state_expected_per_s", 0)
+            notes.append(
+                f"the {side} side did not sustain its state rate in {len(short)} of {len(runs)} runs "
+                f"({rates} of {expected:.0f}/s): it shed work, so CPU per message is not like for like; "
+                f"compare at a fleet size both sides sustain"
+            )
+    return notes
+
+
 def sim_digest(tree: Path) -> str:
     """A digest of a tree's simulator sources (`sim/**/*.py`, by relative path and content)."""
     h = hashlib.sha256()
@@ -165,9 +187,12 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
     for key, row in table.items():
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
         print(f"{key:<{width}} {row['ref']:>18} {row['new']:>14} {ratio:>8}")
+    warnings = unequal_work(ref_runs, new_runs)
+    for note in warnings:
+        print(f"note: {note}")
     path = out or Path(f"bench-compare-{name}.json")
     path.write_text(json.dumps({"ref": ref, "sha": sha, "benchmark": name, "args": bench_args, "rounds": rounds,
-                                "cpu_hog": cpu_hog, "new_args": new_args, **(extra or {}),
+                                "cpu_hog": cpu_hog, "new_args": new_args, **(extra or {}), "warnings": warnings,
                                 "ref_runs": ref_runs, "new_runs": new_runs, "summary": table}, indent=2))
     print(f"wrote {path}")
     return 0
