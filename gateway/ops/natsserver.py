@@ -84,6 +84,14 @@ class NatsServer:
     ready_timeout_s: float = 15.0
     proc: subprocess.Popen[bytes] | None = None
     _tmp: tempfile.TemporaryDirectory[str] | None = None
+    _started_go_max_procs: str | None = None  # what the running process was given
+
+    def __post_init__(self) -> None:
+        self._check_gomaxprocs()  # a bad value is the caller's mistake: say so here, not at start()
+
+    def _check_gomaxprocs(self) -> None:
+        if self.gomaxprocs is not None and self.gomaxprocs < 1:
+            raise NatsServerError(f"gomaxprocs must be at least 1, got {self.gomaxprocs}")
 
     @property
     def url(self) -> str:
@@ -91,19 +99,24 @@ class NatsServer:
 
     def environment(self) -> dict[str, str]:
         """The server process's environment: this one's, with `gomaxprocs` unless GOMAXPROCS is set."""
+        self._check_gomaxprocs()
         env = dict(os.environ)
         if self.gomaxprocs is not None:
-            if self.gomaxprocs < 1:
-                raise NatsServerError(f"gomaxprocs must be at least 1, got {self.gomaxprocs}")
             env.setdefault("GOMAXPROCS", str(self.gomaxprocs))
         return env
 
     @property
     def go_max_procs(self) -> str:
-        """What the server's Go runtime was given, for reports: a number, or "default" (a thread per core)."""
+        """What the server's Go runtime was given, for reports: a number, or "default" (a thread per core).
+
+        Recorded when the process starts, so a later change to this process's
+        environment does not change the report; before a start, what one would give."""
+        if self._started_go_max_procs is not None:
+            return self._started_go_max_procs
         return self.environment().get("GOMAXPROCS") or "default"
 
     def start(self) -> NatsServer:
+        env = self.environment()  # first: a bad gomaxprocs leaves nothing behind
         if self.port == 0:
             self.port = free_port(self.host)
         if self.store_dir is None:
@@ -123,7 +136,8 @@ class NatsServer:
         args += self.extra_args
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=self.environment())
+            self.proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env)
+            self._started_go_max_procs = env.get("GOMAXPROCS") or "default"
         finally:
             if self.log_file and not isinstance(out, int):
                 out.close()

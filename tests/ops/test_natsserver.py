@@ -47,6 +47,22 @@ def test_the_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert _varz_gomaxprocs(tmp_path, gomaxprocs=1) == 3
 
 
-def test_zero_is_refused() -> None:
+def test_zero_is_refused_when_the_server_is_described() -> None:
     with pytest.raises(NatsServerError, match="gomaxprocs must be at least 1, got 0"):
-        NatsServer(gomaxprocs=0).environment()
+        NatsServer(gomaxprocs=0)
+    srv = NatsServer(gomaxprocs=1)
+    srv.gomaxprocs = -2  # set later: refused before a process is started with it
+    with pytest.raises(NatsServerError, match="got -2"):
+        srv.start()
+    assert srv.proc is None
+
+
+def test_the_report_is_what_the_process_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    srv = NatsServer(store_dir=str(tmp_path / "js"), gomaxprocs=1).start()
+    try:
+        monkeypatch.setenv("GOMAXPROCS", "3")  # after the start: the running server still has 1
+        assert srv.go_max_procs == "1"
+        assert NatsServer(gomaxprocs=1).go_max_procs == "3"  # one not yet started would get 3
+    finally:
+        srv.stop()
