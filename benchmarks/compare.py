@@ -85,9 +85,10 @@ def summarise(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) ->
 def unequal_work(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) -> list[str]:
     """Warnings for runs that did not sustain their configured state rate (a report's `sustained`).
 
-    A gateway that falls behind sheds state before it is packed and published
-    (docs/performance.md, Overload), so its CPU per MAVLink message counts less
-    work than a side that kept up: the ratio then flatters the side that shed.
+    A gateway that falls behind publishes fewer state samples than configured
+    (the new code sheds them before it packs them; docs/performance.md, Overload),
+    so its CPU per MAVLink message counts less work than a side that kept up:
+    the ratio then flatters the side that shed.
     A comparison of CPU per message is like for like at a fleet size both sides sustain.
     """
     notes = []
