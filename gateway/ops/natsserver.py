@@ -30,6 +30,11 @@ DEV_CONFIG = "jetstream { max_file_store: 1TB, max_memory_store: 1GB }\n"
 COLOCATED_GOMAXPROCS = 1
 
 
+def _go_max_procs_of(env: dict[str, str]) -> str:
+    """What a server started with `env` runs its Go runtime on, for reports: a number, or "default"."""
+    return env.get("GOMAXPROCS") or "default"
+
+
 class NatsServerError(MavjetError):
     """nats-server could not be found or did not become ready."""
 
@@ -113,7 +118,7 @@ class NatsServer:
         environment does not change the report; before a start, what one would give."""
         if self._started_go_max_procs is not None:
             return self._started_go_max_procs
-        return self.environment().get("GOMAXPROCS") or "default"
+        return _go_max_procs_of(self.environment())
 
     def start(self) -> NatsServer:
         env = self.environment()  # first: a bad gomaxprocs leaves nothing behind
@@ -137,7 +142,7 @@ class NatsServer:
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env)
-            self._started_go_max_procs = env.get("GOMAXPROCS") or "default"
+            self._started_go_max_procs = _go_max_procs_of(env)
         finally:
             if self.log_file and not isinstance(out, int):
                 out.close()
