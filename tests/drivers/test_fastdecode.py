@@ -17,7 +17,8 @@ import pytest
 
 from drivers.mavlink.codec import MavCodec
 from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.framer import _TABLE, Framer, LightMessage
+from drivers.mavlink.framer import Framer
+from drivers.mavlink.light import _TABLE, LightMessage
 
 FRAMES = [bytes.fromhex(h) for h in
           json.loads((Path(__file__).parent / "fixtures" / "ardupilot_frames.json").read_text())["frames"]]
