@@ -18,7 +18,11 @@ The JSON records a digest of each side's `sim/` sources.
 `--new-arg` adds an option to the working tree's side only, for a comparison
 of deployments rather than of code on equal terms: `--new-arg=--uvloop` runs
 today's gateway as the edge hub ran it (asyncio) against the new one as the
-edge hub runs it now (uvloop).
+edge hub runs it now (uvloop). `--new-compiled` runs the working tree's
+side from a copy whose hot path `mavjet compile` built with mypyc
+(gateway/ops/compile.py), as a deployment that compiles it runs; the ref's
+side stays as it was, interpreted. The working tree itself is never compiled
+in place.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from statistics import mean
 from typing import Any
 
 from benchmarks.kit import cpu_hogs, run_json
+from gateway.ops.compile import compile_copy
 from gateway.ops.natsserver import COLOCATED_GOMAXPROCS
 
 # Run the ref's own dispatcher: older refs have no entry points, newer ones do.
@@ -135,23 +140,31 @@ def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
 
 
 def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
-            cpu_hog: int = 0, new_args: list[str] | None = None, ref_sim: str = "tree") -> int:
+            cpu_hog: int = 0, new_args: list[str] | None = None, ref_sim: str = "tree",
+            new_compiled: bool = False) -> int:
     new_args = new_args or []
     with ref_worktree(ref) as (root, tree, sha):
         if ref_sim == "tree":
             use_tree_sim(root, tree)
         digests = {"ref": sim_digest(tree), "new": sim_digest(root)}
-        sims: dict[str, Any] = {"ref_sim": ref_sim, "sim_digest": digests}
+        sims: dict[str, Any] = {"ref_sim": ref_sim, "sim_digest": digests, "new_compiled": new_compiled}
         whose = "the working tree's on both sides" if ref_sim == "tree" else "each side its own"
         print(f"simulator: {whose} (sim/ {digests['ref']} / {digests['new']})", flush=True)
+        compiled = None
+        if new_compiled:
+            compiled = tree.parent / "compiled"
+            print("compiling a copy of the working tree's hot path (mavjet compile) ...", flush=True)
+            built = compile_copy(root, compiled, log=tree.parent / "compile.log")
+            print(f"compiled: {len(built)} extensions", flush=True)
         ref_runs, new_runs = _rounds(ref, sha, name, bench_args, rounds=rounds, root=root, tree=tree,
-                                     cpu_hog=cpu_hog, new_args=new_args)
+                                     cpu_hog=cpu_hog, new_args=new_args, compiled=compiled)
     return _table(ref, sha, name, bench_args, rounds=rounds, cpu_hog=cpu_hog, ref_runs=ref_runs, new_runs=new_runs,
                   out=out, new_args=new_args, extra=sims)
 
 
 def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, root: Path, tree: Path,
-            cpu_hog: int, new_args: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            cpu_hog: int, new_args: list[str],
+            compiled: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     tmp = tree.parent
     ref_runs: list[dict[str, Any]] = []
     new_runs: list[dict[str, Any]] = []
@@ -169,11 +182,17 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                     env = {**base_env, "PYTHONPATH": str(tree)}
                     cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
                     ref_runs.append(run_json(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
-                else:
+                elif compiled is None:
                     env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"}
                     cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, *new_args,
                            "--json", str(report)]
                     new_runs.append(run_json("working tree", cmd, cwd=root, env=env, out=report))
+                else:
+                    # -P: not the working directory's sources first, the compiled copy on PYTHONPATH.
+                    env = {**base_env, "PYTHONPATH": str(compiled)}
+                    cmd = [sys.executable, "-P", "-m", "gateway", "bench", name, *bench_args, *new_args,
+                           "--json", str(report)]
+                    new_runs.append(run_json("working tree, compiled", cmd, cwd=root, env=env, out=report))
     return ref_runs, new_runs
 
 
@@ -202,7 +221,8 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="mavjet bench compare",
-        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--ref-sim tree|own] REF -- NAME [options]",
+        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--new-compiled] "
+              "[--ref-sim tree|own] REF -- NAME [options]",
         description="Run a benchmark from a git ref and from the working tree alternately; print both and the ratio.",
         epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
     )
@@ -214,6 +234,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--new-arg", action="append", default=[], metavar="ARG",
                    help="an option for the working tree's side only, repeatable; e.g. --new-arg=--uvloop: "
                         "the edge hub as deployed now against today's on asyncio")
+    p.add_argument("--new-compiled", action="store_true",
+                   help="the working tree's side from a copy with its hot path compiled by mypyc (mavjet compile; "
+                        "needs mypy and a C compiler), the ref's as it was")
     p.add_argument("--ref-sim", choices=("tree", "own"), default="tree",
                    help="the simulated vehicles of the ref's side: the working tree's sim/ (default: both sides "
                         "see the same traffic) or the ref's own")
@@ -228,4 +251,4 @@ def main(argv: list[str]) -> int:
     if "--json" in rest:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
     return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
-                   new_args=args.new_arg, ref_sim=args.ref_sim)
+                   new_args=args.new_arg, ref_sim=args.ref_sim, new_compiled=args.new_compiled)

@@ -32,6 +32,7 @@ from gateway.contract.natsconn import NatsOptions, open_client
 from gateway.contract.subjects import EVENTS_STREAM
 from gateway.daemon import Gateway
 from gateway.entry import tune_process
+from gateway.ops.compile import compiled_modules
 from gateway.ops.natsserver import NatsServer
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from gateway.uplink import UplinkConfig
@@ -221,6 +222,8 @@ async def run_ingest(
         result.update({
             "vehicles": n, "duration_s": round(wall, 2), "event_loop": "uvloop" if args.uvloop else "asyncio",
             "sim_in_step": in_step_from_env(),
+            # How many of the hot modules ran compiled (mavjet compile): 0 is the interpreted gateway.
+            "hot_modules_compiled": sum(compiled_modules().values()),
             "nats_gomaxprocs": server.go_max_procs,  # the Go runtime's threads for nats-server
             "mavlink_msgs_per_s": round(msgs / wall, 1),
             "state_msgs_per_s": round(pubs / wall, 1),
@@ -319,6 +322,8 @@ def ingest_main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each side (default %(default)s)")
     p.add_argument("--new-uvloop", action="store_true", help="with --compare: the working tree's side on uvloop, "
                    "the ref's on asyncio (each edge hub as deployed; deploy/edge-hub/gateway.toml)")
+    p.add_argument("--new-compiled", action="store_true", help="with --compare: the working tree's side with its "
+                   "hot path compiled by mypyc (mavjet compile), as a deployment that compiles it runs")
     p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
                    help="K busy processes load the machine while it runs (overload on a loaded machine)")
     args = p.parse_args(argv)
@@ -334,7 +339,8 @@ def ingest_main(argv: list[str]) -> int:
                 "--baseline-seconds", str(args.baseline_seconds), *(["--uvloop"] if args.uvloop else []),
                 *(["--shaping"] if args.shaping else [])]  # a ref without a shaper refuses --shaping
         return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
-                       new_args=["--uvloop"] if args.new_uvloop and not args.uvloop else [])
+                       new_args=["--uvloop"] if args.new_uvloop and not args.uvloop else [],
+                       new_compiled=args.new_compiled)
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     # One vehicle more than the gateway serves: the ceiling's sample is recorded from it.

@@ -26,6 +26,7 @@ from tests.support import (
     wait_for,
     wait_for_async,
 )
+from tests.support.compiled import interpreted_only
 
 
 async def _command(gw: object, vid: str, command: int, *params: float) -> None:
@@ -214,6 +215,7 @@ async def test_nats_unreachable_at_start_then_spool_flushes(nats_server: NatsSer
     assert ("VID-001", "gateway_started") in {(v, t) for v, t, _, _ in events}
 
 
+@interpreted_only("gateway.telemetry")  # subclasses TelemetryModel
 async def test_px4_flavour_and_a_crashing_vehicle_task(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     async with SimFleet(SimConfig(vehicles=2, base_port=0, speedup=4.0, flavour="px4")) as fleet:
         cfg = gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state")

@@ -1,0 +1,109 @@
+"""`mavjet compile`: the hot path compiled with mypyc behaves as the interpreted one.
+
+The compiled copy is built for real (mypyc, the machine's C compiler) and the
+hot modules' own tests run against it in a child pytest; a machine without a
+compiler or Python's headers skips them and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from gateway.ops import compile as mjc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The hot modules' own tests, and a gateway end to end. A test that patches a compiled module
+# is skipped in the child, saying why (tests/support/compiled.py).
+HOT_TESTS = (
+    "tests/drivers/test_fastdecode.py",
+    "tests/drivers/test_framer.py",
+    "tests/drivers/test_codec.py",
+    "tests/drivers/test_reactor.py",
+    "tests/gateway/test_telemetry.py",
+    "tests/gateway/test_ready_states.py",
+    "tests/gateway/test_superseded.py",
+    "tests/gateway/test_publisher_raw.py",
+    "tests/gateway/test_direct_delivery.py",
+    "tests/gateway/test_telemetry_twin.py",  # a gateway with its twins, a simulator and a nats-server
+)
+
+
+def _mavjet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "gateway", "compile", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env, check=False)
+
+
+def _can_compile() -> str | None:
+    """None when this machine can build C extensions; else why not."""
+    if shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
+        return "no C compiler"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers (Python.h)"
+    return None
+
+
+def test_hot_modules_exist_and_are_named_as_modules() -> None:
+    for path in mjc.HOT_MODULES:
+        assert (ROOT / path).is_file(), path
+    assert mjc.module_name("gateway/samples.py") == "gateway.samples"
+    for test in HOT_TESTS:
+        assert (ROOT / test).is_file(), test
+
+
+def test_check_says_the_source_checkout_runs_interpreted() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = _mavjet("--check", env={**env, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(mjc.HOT_MODULES)
+    assert all(line.split()[0] == "interpreted" for line in lines), proc.stdout
+
+
+def test_a_source_checkout_is_not_compiled_in_place() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = _mavjet(env={**env, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "source checkout" in proc.stderr and "--target" in proc.stderr
+    assert not list((ROOT / "gateway").glob("*.so"))
+
+
+def test_without_mypyc_the_error_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = mjc.importlib.util.find_spec
+    monkeypatch.setattr(mjc.importlib.util, "find_spec", lambda name, *a: None if name == "mypyc" else real(name, *a))
+    with pytest.raises(mjc.CompileError, match="pip install mypy"):
+        mjc.compile_copy(ROOT, tmp_path / "copy")
+
+
+@pytest.fixture(scope="module")
+def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    why = _can_compile()
+    if why is not None:
+        pytest.skip(f"cannot build C extensions here: {why}")
+    target = tmp_path_factory.mktemp("compiled")
+    built = mjc.compile_copy(ROOT, target, log=target / "compile.log")
+    assert len(built) > len(mjc.HOT_MODULES)  # one extension a module, and mypyc's shared runtime
+    return target
+
+
+@pytest.mark.timeout(600)
+def test_the_compiled_copy_imports_compiled_and_passes_the_hot_modules_tests(compiled_copy: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(compiled_copy)}
+    check = _mavjet("--check", env=env)
+    assert check.returncode == 0, check.stderr
+    assert [line.split()[0] for line in check.stdout.splitlines()] == ["compiled"] * len(mjc.HOT_MODULES)
+    # The checkout's own sources must not come first: -P, and pytest appends the rootdir.
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append", *HOT_TESTS],
+        capture_output=True, text=True, timeout=540, cwd=ROOT, env=env, check=False,
+    )
+    tail = "\n".join(proc.stdout.splitlines()[-15:])
+    assert proc.returncode == 0, tail
+    assert " passed" in tail and "failed" not in tail
