@@ -11,7 +11,7 @@ same code, interpreted.
 
     mavjet compile                # in place, in an installed (non-editable) mavjet
     mavjet compile --target DIR   # a compiled copy of the packages in DIR: PYTHONPATH=DIR mavjet ...
-    mavjet compile --check        # which hot modules this environment runs compiled
+    mavjet compile --check        # which hot modules run compiled here; exit 1 if any does not
 
 It needs mypy (which ships mypyc), a C compiler and Python's headers, only
 while it builds. A source checkout is never compiled in place: a compiled
@@ -22,6 +22,7 @@ next build (use --target; `mavjet bench compare --new-compiled` does).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -90,12 +91,44 @@ def is_source_checkout(root: Path) -> bool:
 
 def compiled_modules() -> dict[str, bool]:
     """Each hot module: True when this interpreter would import it compiled (an extension module)."""
-    out: dict[str, bool] = {}
+    return {name: state == "compiled" for name, state in module_states().items()}
+
+
+def module_states() -> dict[str, str]:
+    """Each hot module: "compiled", "interpreted", or "stale" (an extension older than its source)."""
+    out: dict[str, str] = {}
     for path in HOT_MODULES:
         spec = importlib.util.find_spec(module_name(path))
         origin = "" if spec is None or spec.origin is None else spec.origin
-        out[module_name(path)] = not origin.endswith(".py")
+        state = "interpreted" if origin.endswith(".py") or not origin else "compiled"
+        if state == "compiled":
+            # Python imports the extension before the source beside it: a source changed since
+            # the build (an edit, a reinstall that left the extension) would not run.
+            ext, src = Path(origin), Path(origin).parent / Path(path).name
+            if src.is_file() and src.stat().st_mtime > ext.stat().st_mtime:
+                state = "stale"
+        out[module_name(path)] = state
     return out
+
+
+def record_in_install(root: Path, built: list[Path]) -> bool:
+    """Name the extensions in the installed distribution's RECORD, so `pip uninstall` and an
+    upgrade remove them with the sources (an extension left behind would shadow the new source).
+    False when mavjet was not installed from a wheel (no RECORD under `root`)."""
+    try:
+        dist = importlib.metadata.distribution("mavjet")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    record = Path(str(dist.locate_file(""))) / f"{dist.metadata['Name']}-{dist.version}.dist-info" / "RECORD"
+    if not record.is_file():
+        return False
+    listed = set(record.read_text().splitlines())
+    lines = [f"{p.relative_to(root).as_posix()},," for p in built]
+    new = [ln for ln in lines if ln not in listed]
+    if new:
+        with record.open("a") as f:
+            f.write("".join(ln + "\n" for ln in new))
+    return True
 
 
 def copy_packages(src_root: Path, target: Path) -> None:
@@ -125,11 +158,13 @@ def build(root: Path, *, log: Path | None = None) -> list[Path]:
     if proc.returncode != 0:
         lines = [ln for ln in output.splitlines() if "error" in ln.lower()] or output.splitlines()
         raise CompileError(f"the build failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
-    built = sorted(root.glob("**/*.so"))
-    names = {module_name(p) for p in HOT_MODULES}
-    done = {module_name(str(p.relative_to(root)).split(".", 1)[0] + ".py") for p in built}
-    if not names <= done:
-        raise CompileError(f"the build made no extension for {', '.join(sorted(names - done))}")
+    built = sorted(root.glob("*__mypyc.*.so"))  # mypyc's runtime, shared by the modules
+    for path in HOT_MODULES:
+        src = root / path
+        ext = sorted(src.parent.glob(f"{src.stem}.*.so"))
+        if not ext:
+            raise CompileError(f"the build made no extension for {module_name(path)}")
+        built += ext
     return built
 
 
@@ -151,17 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--target", type=Path, metavar="DIR",
                    help="build a compiled copy of the packages here instead of compiling the installed ones")
-    p.add_argument("--check", action="store_true", help="print which hot modules run compiled here, and exit")
+    p.add_argument("--check", action="store_true",
+                   help="print which hot modules run compiled here; exit 0 if all do, 1 if any runs interpreted")
     p.add_argument("--log", type=Path, metavar="FILE", help="write the compiler's whole output here")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     if args.check:
-        modules = compiled_modules()
-        for name, compiled in modules.items():
-            print(f"{'compiled' if compiled else 'interpreted':<12} {name}")
-        return 0
+        states = module_states()
+        for name, state in states.items():
+            print(f"{state:<12} {name}")
+        if "stale" in states.values():
+            print("stale: an extension is older than its source; run mavjet compile again", file=sys.stderr)
+        return 0 if all(state == "compiled" for state in states.values()) else 1
     root = packages_root()
     if args.target is None:
         if is_source_checkout(root):
@@ -169,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
                                "use --target DIR (or install mavjet without -e)")
         built = build(root, log=args.log)
         where = str(root)
+        if not record_in_install(root, built):
+            print("note: no wheel RECORD found: remove the extensions (*.so beside the hot modules) "
+                  "before upgrading mavjet", file=sys.stderr)
     else:
         if args.target.resolve() == root:
             raise CompileError("--target is where mavjet is imported from; leave --target out to compile in place")

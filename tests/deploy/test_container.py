@@ -76,6 +76,10 @@ def test_containerfile_is_small_non_root_and_runs_the_gateway() -> None:
     assert str(args.config) == "/etc/mavjet/gateway.toml" and args.metrics_port == 9108
     # Multi-stage: the build tools stay in the first stage.
     assert [w for w, _ in instructions()].count("FROM") == 2
+    # The image runs the hot path compiled (gateway/ops/compile.py), and the build fails if it would not.
+    build_runs = " ".join(rest for w, rest in instructions()[: len(instructions()) - len(final_stage())] if w == "RUN")
+    assert re.search(r"mavjet compile\s+&&", build_runs) and "mavjet compile --check" in build_runs
+    assert "gcc" in build_runs and not any("gcc" in rest for w, rest in final_stage() if w == "RUN")
     assert "slim" in text
 
 

@@ -7,11 +7,13 @@ compiler or Python's headers skips them and says why.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -61,7 +63,7 @@ def test_hot_modules_exist_and_are_named_as_modules() -> None:
 def test_check_says_the_source_checkout_runs_interpreted() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = _mavjet("--check", env={**env, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # any module interpreted: a script can tell
     lines = proc.stdout.splitlines()
     assert len(lines) == len(mjc.HOT_MODULES)
     assert all(line.split()[0] == "interpreted" for line in lines), proc.stdout
@@ -80,6 +82,24 @@ def test_without_mypyc_the_error_says_what_to_install(tmp_path: Path, monkeypatc
     monkeypatch.setattr(mjc.importlib.util, "find_spec", lambda name, *a: None if name == "mypyc" else real(name, *a))
     with pytest.raises(mjc.CompileError, match="pip install mypy"):
         mjc.compile_copy(ROOT, tmp_path / "copy")
+
+
+def test_extensions_built_in_place_join_the_wheels_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip removes what RECORD names: an upgrade must not leave an extension to shadow the new source."""
+    site = tmp_path / "site"
+    info = site / "mavjet-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mavjet\nVersion: 0.1.0\n")
+    (info / "RECORD").write_text("gateway/samples.py,sha256=x,10\n")
+    dist = importlib.metadata.PathDistribution(info)
+    monkeypatch.setattr(mjc.importlib.metadata, "distribution", lambda name: dist)
+    built = [site / "gateway" / "samples.cpython-311-x86_64-linux-gnu.so", site / "abc__mypyc.cpython-311-x86_64-linux-gnu.so"]
+    assert mjc.record_in_install(site, built)
+    assert mjc.record_in_install(site, built)  # a second build adds nothing twice
+    lines = (info / "RECORD").read_text().splitlines()
+    assert lines == ["gateway/samples.py,sha256=x,10", "gateway/samples.cpython-311-x86_64-linux-gnu.so,,",
+                     "abc__mypyc.cpython-311-x86_64-linux-gnu.so,,"]
+    assert {str(f) for f in dist.files or []} >= {"gateway/samples.cpython-311-x86_64-linux-gnu.so"}
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +127,10 @@ def test_the_compiled_copy_imports_compiled_and_passes_the_hot_modules_tests(com
     tail = "\n".join(proc.stdout.splitlines()[-15:])
     assert proc.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail
+    # A source edited after the build would not run: --check calls its extension stale.
+    src = compiled_copy / "gateway" / "samples.py"
+    later = time.time() + 3600  # after the build, whenever the checkout's files were written
+    os.utime(src, (later, later))
+    stale = _mavjet("--check", env=env)
+    assert stale.returncode == 1
+    assert "stale        gateway.samples" in stale.stdout and "mavjet compile again" in stale.stderr
