@@ -55,6 +55,7 @@ DATA: tuple[str, ...] = ("deploy/jetstream",)
 # mypy's own strictness is the repository's gate (`make test`); here it only has to type the
 # modules, whatever stubs the installing environment has.
 _MYPY_FLAGS: tuple[str, ...] = ("--ignore-missing-imports", "--follow-imports=silent")
+BUILD_TIMEOUT_S = 900.0  # ~35 s on a 2-core machine; a slow ARM companion takes several minutes
 
 # Run in a child process with the packages' root as its working directory: mypyc names modules
 # by their paths from there, and setuptools then builds them in place.
@@ -151,13 +152,19 @@ def build(root: Path, *, log: Path | None = None) -> list[Path]:
         # A clean environment for the compiler's child: MYPYPATH or a stray PYTHONPATH would
         # type the modules against other sources than the ones being built.
         env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False,
+                                  timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            raise CompileError(f"the build took longer than {BUILD_TIMEOUT_S:.0f} s") from exc
     output = proc.stdout + proc.stderr
     if log is not None:
         log.write_text(output)
     if proc.returncode != 0:
-        lines = [ln for ln in output.splitlines() if "error" in ln.lower()] or output.splitlines()
-        raise CompileError(f"the build failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        # mypy's "file:line: error: ...", or the compiler's; not the command lines (they carry -Werror).
+        lines = output.splitlines()
+        errors = [ln for ln in lines if ": error" in ln or ln.startswith(("error", "Error"))] or lines
+        raise CompileError(f"the build failed: {errors[-1] if errors else f'exit {proc.returncode}'}")
     built = sorted(root.glob("*__mypyc.*.so"))  # mypyc's runtime, shared by the modules
     for path in HOT_MODULES:
         src = root / path

@@ -102,6 +102,20 @@ def test_extensions_built_in_place_join_the_wheels_record(tmp_path: Path, monkey
     assert {str(f) for f in dist.files or []} >= {"gateway/samples.cpython-311-x86_64-linux-gnu.so"}
 
 
+@pytest.mark.timeout(300)
+def test_a_module_mypyc_refuses_fails_the_build_with_its_error(tmp_path: Path) -> None:
+    """The one line names mypyc's complaint (file and line), not a compiler command line."""
+    mjc.copy_packages(ROOT, tmp_path)
+    samples = tmp_path / "gateway" / "samples.py"
+    samples.write_text(samples.read_text() + "\n\nclass _Refused(tuple[int, ...]):\n    pass\n")
+    with pytest.raises(mjc.CompileError) as caught:
+        mjc.build(tmp_path, log=tmp_path / "build.log")
+    message = str(caught.value)
+    assert message.startswith("the build failed: gateway/samples.py:") and ": error:" in message
+    assert "gcc" not in message
+    assert not list((tmp_path / "gateway").glob("*.so"))
+
+
 @pytest.fixture(scope="module")
 def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     why = _can_compile()
