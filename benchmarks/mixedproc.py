@@ -46,6 +46,7 @@ from gateway.config import DEFAULT_RATES_HZ
 from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import CMD_STREAM
 from gateway.ops.client import CommandClient
+from gateway.ops.compile import compiled_modules
 from gateway.ops.natsserver import NatsServer, free_port
 from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from sim.stepmode import in_step_from_env
@@ -241,6 +242,9 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     out: dict[str, Any] = {"vehicles": n, "cmd_rate_hz": args.cmd_rate, "duration_s": args.duration,
                            "gateway": "own process", "gateway_build": getattr(args, "gateway_build", "working tree"),
                            "gateway_uvloop": bool(getattr(args, "uvloop", False)),
+                           # The gateway's process imports as this one does (its environment, mavjet compile),
+                           # or the ref's tree, never compiled.
+                           "hot_modules_compiled": 0 if tree is not None else sum(compiled_modules().values()),
                            "arrivals": getattr(args, "arrivals", "even")}
     try:
         took = await _wait_ready(proc, server.url, port, n, max(120.0, n / 5), log_path=Path(tmp) / "gateway-mixed.log")

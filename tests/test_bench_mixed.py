@@ -79,6 +79,7 @@ def test_mixed_runs_the_gateway_of_another_build(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["gateway_build"].startswith("HEAD (") and res["commands"]["results"] == {"accepted": 4}
+    assert res["hot_modules_compiled"] == 0  # a ref's tree runs interpreted
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "mavjet-compare-" not in listed  # the temporary worktree is gone
 
