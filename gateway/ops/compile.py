@@ -4,8 +4,8 @@ The gateway is interpreter-bound per MAVLink message (docs/performance.md).
 mypyc, the mypy project's compiler, turns the type-annotated modules that
 every message crosses (the framer, the reactor, the telemetry model, the
 twin's sample path, the state publisher) into C extensions that do the same
-thing with less interpreter work: ~9 % less gateway CPU per message at 1,000
-vehicles. The code stays pure Python; a compiled module sits next to its
+thing with less interpreter work: 6 to 9 % less gateway CPU per MAVLink message
+(docs/benchmarks.md). The code stays pure Python; a compiled module sits next to its
 source and Python imports it first, so an install without a compiler runs the
 same code, interpreted.
 
