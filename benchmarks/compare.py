@@ -182,17 +182,15 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                     env = {**base_env, "PYTHONPATH": str(tree)}
                     cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
                     ref_runs.append(run_json(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
-                elif compiled is None:
-                    env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"}
-                    cmd = [sys.executable, "-m", "gateway", "bench", name, *bench_args, *new_args,
-                           "--json", str(report)]
-                    new_runs.append(run_json("working tree", cmd, cwd=root, env=env, out=report))
                 else:
-                    # -P: not the working directory's sources first, the compiled copy on PYTHONPATH.
-                    env = {**base_env, "PYTHONPATH": str(compiled)}
-                    cmd = [sys.executable, "-P", "-m", "gateway", "bench", name, *bench_args, *new_args,
-                           "--json", str(report)]
-                    new_runs.append(run_json("working tree, compiled", cmd, cwd=root, env=env, out=report))
+                    env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"}
+                    python = [sys.executable]
+                    if compiled is not None:
+                        # -P: not the working directory's sources first, the compiled copy on PYTHONPATH.
+                        env["PYTHONPATH"], python = str(compiled), [sys.executable, "-P"]
+                    cmd = [*python, "-m", "gateway", "bench", name, *bench_args, *new_args, "--json", str(report)]
+                    label = "working tree" if compiled is None else "working tree, compiled"
+                    new_runs.append(run_json(label, cmd, cwd=root, env=env, out=report))
     return ref_runs, new_runs
 
 

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 from gateway.contract.errors import MavjetError
@@ -91,8 +92,17 @@ def is_source_checkout(root: Path) -> bool:
 
 
 def compiled_modules() -> dict[str, bool]:
-    """Each hot module: True when this interpreter would import it compiled (an extension module)."""
-    return {name: state == "compiled" for name, state in module_states().items()}
+    """Each hot module: True when this interpreter imports it compiled (an extension module, stale or not)."""
+    return {name: state != "interpreted" for name, state in module_states().items()}
+
+
+def _extensions(module_path: Path) -> list[Path]:
+    """The extension modules this interpreter would load for the module at `module_path` (`x/y.py`).
+
+    By this interpreter's own suffixes: an extension built for another Python
+    version beside it is not one it would import."""
+    stem = module_path.with_suffix("")
+    return [ext for suffix in EXTENSION_SUFFIXES if (ext := stem.with_name(stem.name + suffix)).is_file()]
 
 
 def module_states() -> dict[str, str]:
@@ -101,7 +111,7 @@ def module_states() -> dict[str, str]:
     for path in HOT_MODULES:
         spec = importlib.util.find_spec(module_name(path))
         origin = "" if spec is None or spec.origin is None else spec.origin
-        state = "interpreted" if origin.endswith(".py") or not origin else "compiled"
+        state = "compiled" if origin.endswith(tuple(EXTENSION_SUFFIXES)) else "interpreted"
         if state == "compiled":
             # Python imports the extension before the source beside it: a source changed since
             # the build (an edit, a reinstall that left the extension) would not run.
@@ -165,14 +175,13 @@ def build(root: Path, *, log: Path | None = None) -> list[Path]:
         lines = output.splitlines()
         errors = [ln for ln in lines if ": error" in ln or ln.startswith(("error", "Error"))] or lines
         raise CompileError(f"the build failed: {errors[-1] if errors else f'exit {proc.returncode}'}")
-    built = sorted(root.glob("*__mypyc.*.so"))  # mypyc's runtime, shared by the modules
+    built = [ext for suffix in EXTENSION_SUFFIXES for ext in root.glob(f"*__mypyc{suffix}")]  # mypyc's runtime
     for path in HOT_MODULES:
-        src = root / path
-        ext = sorted(src.parent.glob(f"{src.stem}.*.so"))
+        ext = _extensions(root / path)
         if not ext:
             raise CompileError(f"the build made no extension for {module_name(path)}")
         built += ext
-    return built
+    return sorted(built)
 
 
 def compile_copy(src_root: Path, target: Path, *, log: Path | None = None) -> list[Path]:
