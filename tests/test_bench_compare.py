@@ -12,6 +12,8 @@ import pytest
 
 from benchmarks.cli import BENCHMARKS
 from benchmarks.compare import _COLOCATED, sim_digest, summarise, unequal_work
+from gateway.ops.compile import HOT_MODULES
+from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,14 +50,18 @@ def test_a_side_that_shed_state_is_flagged_as_unequal_work() -> None:
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+@pytest.mark.timeout(300)  # with --new-compiled, a ~35 s build first
 def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     # HEAD against the working tree, on the smallest ingest run: proves the worktree, the
-    # PYTHONPATH switch and the table, not speed.
+    # PYTHONPATH switch and the table, not speed. The working tree's side runs compiled
+    # (--new-compiled) where this machine can build C extensions.
     out = tmp_path / "cmp.json"
+    compiled = cannot_compile() is None
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
-         "--cpu-hog", "1", "--new-arg=--uvloop", "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=150, check=False,
+         "--cpu-hog", "1", "--new-arg=--uvloop", *(["--new-compiled"] if compiled else []),
+         "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
@@ -68,6 +74,11 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     # --new-arg reaches the working tree's side only (the edge hub as deployed now against today's).
     assert data["new_args"] == ["--uvloop"] and "side only: --uvloop" in proc.stdout
     assert (data["ref_runs"][0]["event_loop"], data["new_runs"][0]["event_loop"]) == ("asyncio", "uvloop")
+    # --new-compiled: the working tree's side from a compiled copy, the ref's interpreted; never the checkout.
+    assert data["new_compiled"] is compiled
+    assert (data["ref_runs"][0]["hot_modules_compiled"], data["new_runs"][0]["hot_modules_compiled"]) == (
+        0, len(HOT_MODULES) if compiled else 0)
+    assert not list((ROOT / "gateway").glob("*.so"))
     # Overload's promises are reported (issue 15, goal 5): every event stored, the connection kept.
     new = data["new_runs"][0]
     assert new["events_enqueued"] > 0 and new["events_lost"] == 0 and new["nats_reconnects"] == 0

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import pytest
 
 from gateway.ops import compile as mjc
+from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,15 +40,6 @@ HOT_TESTS = (
 def _mavjet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-P", "-m", "gateway", "compile", *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env=env, check=False)
-
-
-def _can_compile() -> str | None:
-    """None when this machine can build C extensions; else why not."""
-    if shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
-        return "no C compiler"
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        return "no Python headers (Python.h)"
-    return None
 
 
 def test_hot_modules_exist_and_are_named_as_modules() -> None:
@@ -118,7 +108,7 @@ def test_a_module_mypyc_refuses_fails_the_build_with_its_error(tmp_path: Path) -
 
 @pytest.fixture(scope="module")
 def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    why = _can_compile()
+    why = cannot_compile()
     if why is not None:
         pytest.skip(f"cannot build C extensions here: {why}")
     target = tmp_path_factory.mktemp("compiled")

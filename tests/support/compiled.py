@@ -1,4 +1,6 @@
-"""`interpreted_only(module)`: a test that patches a module mypyc may have compiled (gateway/ops/compile.py).
+"""Tests around the compiled hot path (gateway/ops/compile.py).
+
+`interpreted_only(module)`: a test that patches a module mypyc may have compiled.
 
 A compiled module's classes take no new attributes and no interpreted
 subclasses, and its functions call each other directly, so a monkeypatch
@@ -8,6 +10,10 @@ saying why, when the compiled copy's tests run (tests/ops/test_compile.py).
 
 from __future__ import annotations
 
+import shutil
+import sysconfig
+from pathlib import Path
+
 import pytest
 
 from gateway.ops.compile import compiled_modules
@@ -16,3 +22,12 @@ from gateway.ops.compile import compiled_modules
 def interpreted_only(module: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(compiled_modules().get(module, False),
                               reason=f"patches {module}, which runs compiled here")
+
+
+def cannot_compile() -> str | None:
+    """None when this machine can build C extensions (`mavjet compile`); else why not."""
+    if shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
+        return "no C compiler"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers (Python.h)"
+    return None
