@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=Path, metavar="DIR",
                    help="build a compiled copy of the packages here instead of compiling the installed ones")
     p.add_argument("--check", action="store_true",
-                   help="print which hot modules run compiled here; exit 0 if all do, 1 if any runs interpreted")
+                   help="print which hot modules run compiled here; exit 0 if all do, 1 if any runs interpreted or stale")
     p.add_argument("--log", type=Path, metavar="FILE", help="write the compiler's whole output here")
     return p
 
