@@ -34,6 +34,7 @@ HOT_TESTS = (
     "tests/gateway/test_publisher_raw.py",
     "tests/gateway/test_direct_delivery.py",
     "tests/gateway/test_telemetry_twin.py",  # a gateway with its twins, a simulator and a nats-server
+    "tests/commands/test_safety.py",  # commands end to end: deadlines, one result each, through the publisher
 )
 
 
