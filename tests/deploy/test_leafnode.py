@@ -150,6 +150,7 @@ async def wait_for(pred: Callable[[], Awaitable[bool]], timeout_s: float) -> Non
     raise AssertionError(f"not within {timeout_s}s")
 
 
+@pytest.mark.waits  # two minutes of a cut link: `make test` runs it beside the rest
 @pytest.mark.timeout(int(CUT_S) + 240)
 async def test_events_recorded_during_an_uplink_cut_reach_the_hub_once_and_in_order(
     hub: tuple[NatsServer, int], proxy: Proxy, leaf: NatsServer,
