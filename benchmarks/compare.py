@@ -74,10 +74,31 @@ def _numbers(report: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return flat
 
 
+def derived(report: dict[str, Any]) -> dict[str, float]:
+    """Figures computed from a gateway run's own, for reports of any version that give the inputs.
+
+    `gateway_cpu_us_per_unit_of_work`: the gateway's CPU per MAVLink message plus
+    state sample published, which still counts the publishing work of a side
+    that shed state (its CPU per MAVLink message does not; see `unequal_work`).
+    `gateway_cpu_ms_per_vehicle_s`: the gateway's CPU per vehicle and second,
+    the issue's other unit.
+    """
+    cpu_pct, msgs, state, vehicles = (report.get(k) for k in (
+        "gateway_cpu_pct", "mavlink_msgs_per_s", "state_msgs_per_s", "vehicles"))
+    out: dict[str, float] = {}
+    if not isinstance(cpu_pct, int | float):
+        return out
+    if isinstance(msgs, int | float) and isinstance(state, int | float) and msgs + state > 0:
+        out["gateway_cpu_us_per_unit_of_work"] = round(cpu_pct / 100 * 1e6 / (msgs + state), 3)
+    if isinstance(vehicles, int | float) and vehicles > 0:
+        out["gateway_cpu_ms_per_vehicle_s"] = round(cpu_pct / 100 * 1e3 / vehicles, 4)
+    return out
+
+
 def summarise(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """Per shared numeric figure: the mean of each side and new/ref (None where ref is 0)."""
-    ref = [_numbers(r) for r in ref_runs]
-    new = [_numbers(r) for r in new_runs]
+    """Per shared numeric figure (and the `derived` ones): the mean of each side and new/ref (None where ref is 0)."""
+    ref = [_numbers(r) | derived(r) for r in ref_runs]
+    new = [_numbers(r) | derived(r) for r in new_runs]
     keys = [k for k in ref[0] if all(k in r for r in ref) and all(k in n for n in new)] if ref and new else []
     out: dict[str, dict[str, float | None]] = {}
     for key in keys:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cli import BENCHMARKS
-from benchmarks.compare import _COLOCATED, sim_digest, summarise, unequal_work
+from benchmarks.compare import _COLOCATED, derived, sim_digest, summarise, unequal_work
 from gateway.ops.compile import HOT_MODULES
 from tests.support.compiled import cannot_compile
 
@@ -25,6 +25,21 @@ def test_summary_means_each_side_and_gives_new_over_ref() -> None:
     assert table["msgs"] == {"ref": 200.0, "new": 200.0, "ratio": 1.0}
     assert table["lat.p50"] == {"ref": 3.0, "new": 1.5, "ratio": 0.5}
     assert "ok" not in table and "name" not in table and "extra" not in table
+
+
+def test_the_summary_adds_cpu_per_unit_of_work_and_per_vehicle_second() -> None:
+    # 65 % of a core for 28,000 MAVLink messages and 24,000 state samples a second from 1,000
+    # vehicles: 12.5 µs a unit of work, 0.65 ms a vehicle-second. A side that shed two thirds
+    # of its state counts that publishing no more.
+    kept = {"vehicles": 1000, "gateway_cpu_pct": 65.0, "mavlink_msgs_per_s": 28000.0, "state_msgs_per_s": 24000.0}
+    shed = {**kept, "gateway_cpu_pct": 95.0, "state_msgs_per_s": 8000.0}
+    assert derived(kept) == {"gateway_cpu_us_per_unit_of_work": 12.5, "gateway_cpu_ms_per_vehicle_s": 0.65}
+    table = summarise([shed], [kept])
+    assert table["gateway_cpu_us_per_unit_of_work"] == {"ref": 26.389, "new": 12.5, "ratio": 0.474}
+    assert table["gateway_cpu_ms_per_vehicle_s"]["ratio"] == 0.684
+    # Reports without the inputs (other benchmarks) get nothing derived.
+    assert derived({"msgs": 1}) == {} and derived({"gateway_cpu_pct": 50.0, "vehicles": 0}) == {}
+    assert "gateway_cpu_us_per_unit_of_work" not in summarise([{"msgs": 1.0}], [{"msgs": 2.0}])
 
 
 def test_colocated_benchmarks_are_benchmarks() -> None:
