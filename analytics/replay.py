@@ -282,9 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (Parquet per job, summary.json, report.html)")
     p.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of: " + ", ".join(JOBS))
     p.add_argument("--vid", action="append", default=[], help="vehicle for the timeline job (repeatable)")
-    p.add_argument("--stream", default=EVENTS_STREAM)
+    p.add_argument("--stream", default=EVENTS_STREAM, help="the audit stream to read (default %(default)s)")
     p.add_argument("--partitions", type=int, help="read partitions (default: one per 250k sequences, >= 2)")
-    p.add_argument("--no-report", action="store_true")
+    p.add_argument("--no-report", action="store_true", help="write the Parquet and summary.json, not report.html")
     p.add_argument(
         "--driver-memory", default=DEFAULT_DRIVER_MEMORY,
         help=f"Spark driver heap, e.g. 2g (default {DEFAULT_DRIVER_MEMORY}; on local[*] it also holds the cached events)",

@@ -237,7 +237,7 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
     return 0
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mavjet bench compare",
         usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--new-compiled] "
@@ -259,6 +259,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ref-sim", choices=("tree", "own"), default="tree",
                    help="the simulated vehicles of the ref's side: the working tree's sim/ (default: both sides "
                         "see the same traffic) or the ref's own")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = build_parser()
     # Everything after `--` is the benchmark's: split before argparse sees it.
     cut = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:cut])

@@ -79,13 +79,17 @@ async def one_count(n: int, rounds: int) -> dict[str, Any]:
         tmp.cleanup()
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench consumers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--counts", default="1000,5000,10000", help="consumer counts, comma separated")
     p.add_argument("--rounds", type=int, default=300, help="round trips measured per count")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-consumers.json)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     counts = [int(c) for c in args.counts.split(",") if c.strip()]
     out: dict[str, Any] = {}
     for n in [1, *counts]:

@@ -304,13 +304,14 @@ async def _events_and_connection(gw: Gateway, url: str, drain_s: float = 20.0) -
             "nats_reconnects": reconnects, "nats_connected_at_end": bool(pub.nc is not None and pub.nc.is_connected)}
 
 
-def ingest_main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench ingest",
                                 description="sim + gateway + nats-server on this machine; MAVLink in, JetStream state out.")
-    p.add_argument("--vehicles", type=int, default=10)
+    p.add_argument("--vehicles", type=int, default=10, help="simulated vehicles the gateway serves (default %(default)s)")
     p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds after startup before measuring")
-    p.add_argument("--baseline-seconds", type=float, default=3.0)
+    p.add_argument("--baseline-seconds", type=float, default=3.0,
+                   help="seconds of the same-run ceiling: a bare pymavlink parse + msgpack + publish loop (default %(default)s)")
     p.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
     p.add_argument("--shaping", action="store_true",
                    help="let the uplink shaper shed state (off: every configured sample is published)")
@@ -326,7 +327,11 @@ def ingest_main(argv: list[str]) -> int:
                    "hot path compiled by mypyc (mavjet compile), as a deployment that compiles it runs")
     p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
                    help="K busy processes load the machine while it runs (overload on a loaded machine)")
-    args = p.parse_args(argv)
+    return p
+
+
+def ingest_main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     if args.workers:
         from benchmarks.workers import run_workers
 

@@ -82,7 +82,7 @@ def _point(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return res
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench overload", description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--sizes", default="500,1000,1500", help="fleet sizes tried for the knee, ascending "
                    "(default %(default)s)")
@@ -93,7 +93,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--cpu-hog", type=int, default=0, metavar="K", help="K busy processes load the machine "
                    "for the whole run (overload on a loaded machine)")
     p.add_argument("--shaping", action="store_true", help="the uplink shaper on, as `mavjet gateway` runs by default")
-    p.add_argument("--json", type=Path, default=Path("bench-overload.json"))
+    p.add_argument("--json", type=Path, default=Path("bench-overload.json"),
+                   help="write results here (default %(default)s)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]

@@ -255,14 +255,7 @@ def _line(name: str, res: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "replay":
         argv = argv[1:]
-    p = argparse.ArgumentParser(prog="mavjet bench replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--nats", help="use this server (its TWIN_EVENTS must be empty or hold env 'bench'); default: a private one")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--partitions", type=int, help="read partitions (default: the source's own choice)")
-    p.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY, help=f"Spark driver heap (default {DEFAULT_DRIVER_MEMORY})")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", help="write the figures to this file (rewritten after every stage; 'complete' says if it finished)")
+    p = build_parser()
     args = p.parse_args(argv)
     if args.events < 1:
         p.error("--events must be >= 1")
@@ -270,7 +263,23 @@ def main(argv: list[str]) -> int:
         check_memory("driver_memory", args.driver_memory)
     except ConfigError as exc:
         p.error(str(exc))
+    return _run(args)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet bench replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--events", type=int, default=1_000_000, help="events `sim audit` puts in TWIN_EVENTS first "
+                   "(default %(default)s)")
+    p.add_argument("--nats", help="use this server (its TWIN_EVENTS must be empty or hold env 'bench'); default: a private one")
+    p.add_argument("--master", default="local[2]", help="Spark master URL (default %(default)s)")
+    p.add_argument("--partitions", type=int, help="read partitions (default: the source's own choice)")
+    p.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY, help=f"Spark driver heap (default {DEFAULT_DRIVER_MEMORY})")
+    p.add_argument("--seed", type=int, default=1, help="the synthetic events' seed (default %(default)s)")
+    p.add_argument("--json", help="write the figures to this file (rewritten after every stage; 'complete' says if it finished)")
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     from gateway.ops.natsserver import NatsServer
 
     def on_stage(name: str, res: dict[str, Any]) -> None:

@@ -92,12 +92,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench scrape", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vehicles", type=int, default=1000, help="vehicles whose link families are on the page")
     p.add_argument("--rounds", type=int, default=20, help="scrapes of each page in each format")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-scrape-N.json)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.vehicles < 1 or args.rounds < 1:
         p.error("--vehicles and --rounds must be >= 1")

@@ -166,15 +166,20 @@ async def run(args: argparse.Namespace, server: NatsServer, state_dir: Path) -> 
     return result
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench shadow",
                                 description="desired write -> reported.converged across N simulated vehicles")
-    p.add_argument("--vehicles", type=int, default=10)
+    p.add_argument("--vehicles", type=int, default=10, help="simulated vehicles (default %(default)s)")
     p.add_argument("--rounds", type=int, default=20, help="params changes per vehicle")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds after startup before the first round")
     p.add_argument("--round-timeout", type=float, default=30.0, help="give up on a round after this long")
     p.add_argument("--baseline-ops", type=int, default=1000, help="bare KV put+get round trips")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-shadow-N.json)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.vehicles < 1 or args.rounds < 1:
         p.error("--vehicles and --rounds must be >= 1")

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "sign": "MAVLink 2 signing: make a key, provision it on a vehicle (SETUP_SIGNING)",
     "tunnel": "a vehicle's raw MAVLink over NATS on a local port, for QGroundControl or MAVProxy",
     "logs": "a vehicle's flight logs: ls (the vehicle's list; --stored: in TWIN_LOGS), get (download from the vehicle)",
+    "compile": "compile the per-message hot path with mypyc (optional; same code, less CPU)",
     "completion": "print a shell completion script: mavjet completion bash|zsh",
 }
 

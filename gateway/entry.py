@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
     p.add_argument("--state-dir", type=Path, help="where the spool and ledgers live (default .mavjet/state)")
     p.add_argument("--instance", help="gateway instance name in events and logs (default: hostname)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="the lowest level logged (default %(default)s)")
     p.add_argument("--log-json", action="store_true", default=None, help="JSON logs even on a TTY")
     p.add_argument("--uvloop", action="store_true", default=None, help="use uvloop (edge hubs with many vehicles)")
     p.add_argument("--track-hz", type=float, metavar="HZ",

@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="mavjet sim bench", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--vehicles", "-n", type=int, action="append", help="fleet size (repeat to try several)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds to count over (after warm-up)")
-    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds before counting starts (default %(default)s)")
     p.add_argument("--fast-hz", type=float, default=10.0, help="position/attitude rate")
     p.add_argument("--slow-hz", type=float, default=2.0, help="rate of the other six messages")
     args = p.parse_args(argv)

@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port-step", type=int, default=10, help="port distance between vehicles (default 10, like SITL)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--speedup", type=float, default=1.0, help="sim time runs this many times faster than wall time")
-    p.add_argument("--flavour", choices=["ardupilot", "px4"], default="ardupilot")
+    p.add_argument("--flavour", choices=["ardupilot", "px4"], default="ardupilot",
+                   help="behave like ArduPilot or PX4 on MAVLink (default %(default)s)")
     p.add_argument("--sortie", action="store_true", help="every vehicle flies the built-in sortie on its own, repeatedly")
     p.add_argument("--loss", type=float, default=0.0, help="probability of dropping each outgoing frame")
     p.add_argument("--corrupt", type=float, default=0.0, help="probability of flipping a bit in each outgoing frame")
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "second, so the whole fleet sends in one burst a tick (default: out of step, spread over the "
                         f"tick and the second, as real autopilots are; env {IN_STEP_ENV}=1)")
     p.add_argument("--battery-drain", type=float, default=1.0, help="battery drain multiplier")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed for --loss, --corrupt, --loss-in and sorties (default %(default)s)")
     p.add_argument("--terrain-tiles", action="store_true",
                    help="vehicles hold terrain files for their area (ArduPilot: TERRAIN_REPORT healthy, no TERRAIN_REQUEST)")
     p.add_argument("--stats", type=float, default=0.0, metavar="S", help="print load figures to stderr every S seconds")

@@ -69,13 +69,15 @@ def check(text: str, require: list[str], max_age: dict[str, float], now: float) 
 def main(argv: list[str] | None = None) -> int:
     port = os.environ.get("MAVJET_METRICS_PORT", "9108")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--url", default=os.environ.get("MAVJET_METRICS_URL", f"http://127.0.0.1:{port}/metrics"))
+    p.add_argument("--url", default=os.environ.get("MAVJET_METRICS_URL", f"http://127.0.0.1:{port}/metrics"),
+                   help="the gateway's metrics endpoint (env MAVJET_METRICS_URL; default %(default)s)")
     p.add_argument("--require", action="append",
                    default=[s for s in os.environ.get("MAVJET_HEALTH_REQUIRE", "").split(",") if s],
                    help="a metric that must have a sample > 0 (repeatable)")
     p.add_argument("--max-age", action="append", default=[], metavar="NAME=SECONDS",
                    help="a unix-time gauge that must be fresher than SECONDS (repeatable)")
-    p.add_argument("--timeout", type=float, default=float(os.environ.get("MAVJET_HEALTH_TIMEOUT_S", "3")))
+    p.add_argument("--timeout", type=float, default=float(os.environ.get("MAVJET_HEALTH_TIMEOUT_S", "3")),
+                   help="seconds to wait for the endpoint (env MAVJET_HEALTH_TIMEOUT_S; default %(default)s)")
     args = p.parse_args(argv)
     max_age: dict[str, float] = {}
     for item in args.max_age:

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("ls", help="list objects and the names that point at them")
     ls.add_argument("prefix", nargs="?", default="", help="only names starting with this (e.g. logs/VID-001/)")
     put = sub.add_parser("put", help="store a file once by sha256, resuming an interrupted upload")
-    put.add_argument("file", type=Path)
+    put.add_argument("file", type=Path, help="the file to store")
     put.add_argument("--name", help="a name pointing at the content (e.g. logs/VID-001/3.bin)")
     get = sub.add_parser("get", help="download an object, resuming an interrupted download")
     get.add_argument("name", help="a name or sha256/<hex>")

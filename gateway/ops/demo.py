@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vehicles", type=int, default=3, help="simulated vehicles (default: %(default)s)")
     p.add_argument("--speedup", type=float, default=1.0, help="simulation speed-up (default: %(default)s)")
-    p.add_argument("--flavour", choices=["ardupilot", "px4"], default="ardupilot")
+    p.add_argument("--flavour", choices=["ardupilot", "px4"], default="ardupilot",
+                   help="the autopilot the simulated vehicles behave like (default: %(default)s)")
     p.add_argument("--duration", help="stop after this long, e.g. 60s (default: until Ctrl-C)")
     p.add_argument("--dir", type=Path, default=Path(".mavjet/demo"), help="data and logs (default: %(default)s)")
     p.add_argument("--sortie", choices=["auto", "commands", "sim"], default="auto",

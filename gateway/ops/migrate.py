@@ -148,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet migrate",
                                 description="Move the twin's streams to another cluster with mirrors "
                                             "(docs/operations.md, 'Migration between clusters').")
-    p.add_argument("step", choices=["mirror", "status", "promote", "remove"])
+    p.add_argument("step", choices=["mirror", "status", "promote", "remove"],
+                   help="mirror: mirror the twin's streams on the target; status: each mirror's lag; promote: stop "
+                        "mirroring, the target's streams take the subjects (producers stopped); remove: delete "
+                        "the source's streams")
     p.add_argument("--from", dest="source", required=True, help="source server URL(s), comma-separated")
     p.add_argument("--to", dest="target", help="target server URL(s) (all steps but remove)")
     p.add_argument("--from-domain", help="the source's JetStream domain, as the target reaches it")

@@ -51,11 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mavjet synth",
         description="Publish a synthetic, deterministic event history for N vehicles over D days to TWIN_EVENTS.",
     )
-    p.add_argument("--vehicles", type=int, required=True)
-    p.add_argument("--days", type=int, required=True)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--vehicles", type=int, required=True, help="vehicles in the history")
+    p.add_argument("--days", type=int, required=True, help="days of history, ending at --end")
+    p.add_argument("--seed", type=int, default=1, help="the same seed gives the same events (default %(default)s)")
     p.add_argument("--end", help="history ends at this UTC time (ISO 8601; default: the current hour)")
-    p.add_argument("--flights-per-day", type=float, default=1.0)
+    p.add_argument("--flights-per-day", type=float, default=1.0, help="mean flights per vehicle and day (default %(default)s)")
     p.add_argument("--failsafe-prob", type=float, default=0.15, help="chance a flight ends in a failsafe")
     p.add_argument("--max-events", type=int, help="stop after publishing this many events")
     p.add_argument("--track-hz", type=float, default=1.0,

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bridge a vehicle's raw MAVLink (core NATS) to a local ground station endpoint.",
         epilog="Example: mavjet tunnel VID-001 --listen udpout:127.0.0.1:14550   (QGroundControl listens there)",
     )
-    p.add_argument("vid")
+    p.add_argument("vid", help="the vehicle whose MAVLink to bridge")
     p.add_argument("--listen", default="udpout:127.0.0.1:14550", metavar="ENDPOINT",
                    help="udp:HOST:PORT (listen), udpout:HOST:PORT (send to a listening ground station) "
                    "or tcp:HOST:PORT (server); default udpout:127.0.0.1:14550")

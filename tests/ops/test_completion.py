@@ -64,6 +64,8 @@ def test_script_is_valid_bash(bash_script: Path) -> None:
         ("mavjet blobs get --re", ["--retries"]),
         ("mavjet twin VID-001 --js", ["--json"]),
         ("mavjet completion ", ["bash", "tcsh", "zsh"]),
+        ("mavjet bench co", ["commands", "compare", "consumers"]),
+        ("mavjet bench ingest --new-c", ["--new-compiled"]),
     ],
 )
 def test_tab_completes_commands_subcommands_and_flags(bash_script: Path, line: str, expected: list[str]) -> None:
