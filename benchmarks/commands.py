@@ -30,7 +30,15 @@ import anyio
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from benchmarks.kit import nats_and_sim, percentile, percentile_ci, report
+from benchmarks.kit import (
+    nats_and_sim,
+    non_negative_int,
+    percentile,
+    percentile_ci,
+    positive_float,
+    positive_int,
+    report,
+)
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
 from gateway.commands.consumer import CommandService
@@ -263,12 +271,12 @@ async def bare_roundtrip_at_rate(url: str, rate_hz: float, seconds: float, *,
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench commands", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vehicles", type=int, default=5, help="simulated vehicles, one closed-loop worker each")
-    p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
+    p.add_argument("--vehicles", type=positive_int, default=5, help="simulated vehicles, one closed-loop worker each")
+    p.add_argument("--duration", type=positive_float, default=10.0, help="measurement window, seconds")
     p.add_argument("--command", choices=["set_mode", "param_get"], default="set_mode",
                    help="the idempotent command to send (default: %(default)s to the current mode)")
-    p.add_argument("--warmup", type=int, default=3, help="unmeasured commands per vehicle first")
-    p.add_argument("--baseline-seconds", type=float, default=5.0, help="how long to measure the JetStream baseline")
+    p.add_argument("--warmup", type=non_negative_int, default=3, help="unmeasured commands per vehicle first")
+    p.add_argument("--baseline-seconds", type=positive_float, default=5.0, help="how long to measure the JetStream baseline")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-commands-N.json)")
     return p
 

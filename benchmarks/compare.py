@@ -41,7 +41,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from benchmarks.kit import cpu_hogs, run_json
+from benchmarks.kit import cpu_hogs, non_negative_int, positive_int, run_json
 from gateway.ops.compile import compile_copy
 from gateway.ops.natsserver import COLOCATED_GOMAXPROCS
 
@@ -246,9 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
     )
     p.add_argument("ref", help="git ref of the code to compare against (a commit, tag or branch)")
-    p.add_argument("--rounds", type=int, default=2, help="runs of each side (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=2, help="runs of each side (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="write the comparison here (default bench-compare-NAME.json)")
-    p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
+    p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K",
                    help="K busy processes load the machine for the whole comparison (both sides alike)")
     p.add_argument("--new-arg", action="append", default=[], metavar="ARG",
                    help="an option for the working tree's side only, repeatable; e.g. --new-arg=--uvloop: "
@@ -270,8 +270,6 @@ def main(argv: list[str]) -> int:
     rest = argv[cut + 1:]
     if not rest:
         p.error("name the benchmark after --, e.g. -- ingest --vehicles 100")
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
     if "--json" in rest:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
     return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,

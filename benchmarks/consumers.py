@@ -21,7 +21,7 @@ from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from benchmarks.kit import percentile, report
+from benchmarks.kit import percentile, positive_int, positive_ints, report
 from gateway.contract.natsconn import open_client
 from gateway.ops.natsserver import NatsServer
 
@@ -82,15 +82,16 @@ async def one_count(n: int, rounds: int) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench consumers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--counts", default="1000,5000,10000", help="consumer counts, comma separated")
-    p.add_argument("--rounds", type=int, default=300, help="round trips measured per count")
+    p.add_argument("--counts", type=positive_ints, default="1000,5000,10000",
+                   help="consumer counts, comma separated (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=300, help="round trips measured per count")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-consumers.json)")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    counts = [int(c) for c in args.counts.split(",") if c.strip()]
+    counts: list[int] = args.counts
     out: dict[str, Any] = {}
     for n in [1, *counts]:
         print(f"{n} consumers ...", flush=True)

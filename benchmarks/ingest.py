@@ -22,7 +22,16 @@ import anyio
 import msgpack
 
 from benchmarks import cpuwait
-from benchmarks.kit import cpu_hogs, nats_and_sim, percentile, report
+from benchmarks.kit import (
+    cpu_hogs,
+    nats_and_sim,
+    non_negative_float,
+    non_negative_int,
+    percentile,
+    positive_float,
+    positive_int,
+    report,
+)
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
@@ -307,10 +316,10 @@ async def _events_and_connection(gw: Gateway, url: str, drain_s: float = 20.0) -
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench ingest",
                                 description="sim + gateway + nats-server on this machine; MAVLink in, JetStream state out.")
-    p.add_argument("--vehicles", type=int, default=10, help="simulated vehicles the gateway serves (default %(default)s)")
-    p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
-    p.add_argument("--warmup", type=float, default=3.0, help="seconds after startup before measuring")
-    p.add_argument("--baseline-seconds", type=float, default=3.0,
+    p.add_argument("--vehicles", type=positive_int, default=10, help="simulated vehicles the gateway serves (default %(default)s)")
+    p.add_argument("--duration", type=positive_float, default=10.0, help="measurement window, seconds")
+    p.add_argument("--warmup", type=non_negative_float, default=3.0, help="seconds after startup before measuring")
+    p.add_argument("--baseline-seconds", type=positive_float, default=3.0,
                    help="seconds of the same-run ceiling: a bare pymavlink parse + msgpack + publish loop (default %(default)s)")
     p.add_argument("--uvloop", action="store_true", help="run the gateway on uvloop")
     p.add_argument("--shaping", action="store_true",
@@ -320,12 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-ingest-N.json)")
     p.add_argument("--compare", metavar="REF", help="run this benchmark from git REF and from the working tree "
                    "alternately and print both with their ratio (mavjet bench compare)")
-    p.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each side (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=2, help="with --compare: runs of each side (default %(default)s)")
     p.add_argument("--new-uvloop", action="store_true", help="with --compare: the working tree's side on uvloop, "
                    "the ref's on asyncio (each edge hub as deployed; deploy/edge-hub/gateway.toml)")
     p.add_argument("--new-compiled", action="store_true", help="with --compare: the working tree's side with its "
                    "hot path compiled by mypyc (mavjet compile), as a deployment that compiles it runs")
-    p.add_argument("--cpu-hog", type=int, default=0, metavar="K",
+    p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K",
                    help="K busy processes load the machine while it runs (overload on a loaded machine)")
     return p
 

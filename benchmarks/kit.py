@@ -3,6 +3,7 @@ process, and how results are printed and written."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
@@ -18,6 +19,42 @@ from typing import Any
 from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer
 from sim.stepmode import in_step_from_env
+
+
+# argparse types for the benchmarks' options: a bad figure is one usage error (exit 2) before
+# anything starts, not a traceback from a nats-server or a simulator half-way up.
+def _number(text: str, kind: type[int] | type[float], minimum: float, strict: bool) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be {'>' if strict else '>='} {minimum:g}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return int(_number(text, int, 0, True))
+
+
+def non_negative_int(text: str) -> int:
+    return int(_number(text, int, 0, False))
+
+
+def positive_float(text: str) -> float:
+    return float(_number(text, float, 0.0, True))
+
+
+def non_negative_float(text: str) -> float:
+    return float(_number(text, float, 0.0, False))
+
+
+def positive_ints(text: str) -> list[int]:
+    """A comma-separated list of counts, e.g. `1000,5000,10000`."""
+    values = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected counts like 1000,5000")
+    return values
 
 
 def percentile(values: Sequence[float], q: float, *, scale: float = 1.0, digits: int = 3) -> float | None:

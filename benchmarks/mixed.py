@@ -33,7 +33,7 @@ from benchmarks.commands import (
     commands_ready,
 )
 from benchmarks.compare import ref_worktree
-from benchmarks.kit import nats_and_sim, report
+from benchmarks.kit import nats_and_sim, non_negative_float, positive_float, positive_int, report
 from benchmarks.mixedproc import command_seed, commands_at_rate, run_process, with_baseline
 from gateway import logs
 from gateway.entry import tune_process
@@ -88,15 +88,15 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench mixed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vehicles", type=int, default=100, help="simulated vehicles streaming state (default %(default)s)")
-    p.add_argument("--cmd-rate", type=float, default=10.0, help="commands per second, open loop (default %(default)s)")
+    p.add_argument("--vehicles", type=positive_int, default=100, help="simulated vehicles streaming state (default %(default)s)")
+    p.add_argument("--cmd-rate", type=positive_float, default=10.0, help="commands per second, open loop (default %(default)s)")
     p.add_argument("--arrivals", choices=["even", "poisson"], default="even",
                    help="when commands are issued: evenly every 1/rate s, or at a Poisson process's times of "
                    "that mean rate, the same seeded schedule in every run (default %(default)s). Even "
                    "arrivals at the fleet's own 10 Hz keep one phase to its telemetry bursts for a whole "
                    "run; Poisson arrivals land on every phase in every run")
-    p.add_argument("--duration", type=float, default=10.0, help="measurement window, seconds")
-    p.add_argument("--warmup", type=float, default=3.0, help="seconds of streaming before measuring")
+    p.add_argument("--duration", type=positive_float, default=10.0, help="measurement window, seconds")
+    p.add_argument("--warmup", type=non_negative_float, default=3.0, help="seconds of streaming before measuring")
     p.add_argument("--shaping", action="store_true",
                    help="let the uplink shaper shed state (off: every configured sample is published, as in "
                    "`bench ingest`)")
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-ref", metavar="REF",
                    help="run the gateway of git REF (a temporary worktree) under the same benchmark: today's code "
                    "against the new on one machine in one session")
-    p.add_argument("--scrape-every", type=float, default=0.0, metavar="S",
+    p.add_argument("--scrape-every", type=non_negative_float, default=0.0, metavar="S",
                    help="GET the gateway's /metrics every S seconds during the window, as Prometheus would "
                    "(OpenMetrics); a scrape's cost is the event loop's (default 0: only before and after)")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")

@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kit import cpu_hogs, report, run_json
+from benchmarks.kit import (
+    cpu_hogs,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    report,
+    run_json,
+)
 
 SUSTAINED = 0.98  # of the configured state rate: goal 2's bar for "sustained"
 GOALS = {"delivered_of_knee": 0.90, "latency_ms_p99": 1000.0}
@@ -88,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default %(default)s)")
     p.add_argument("--factor", type=float, default=2.0, help="the overloaded run's size, times the knee's "
                    "(default %(default)s)")
-    p.add_argument("--duration", type=float, default=15.0, help="each run's measurement window, seconds")
-    p.add_argument("--warmup", type=float, default=5.0, help="seconds after startup before measuring")
-    p.add_argument("--cpu-hog", type=int, default=0, metavar="K", help="K busy processes load the machine "
+    p.add_argument("--duration", type=positive_float, default=15.0, help="each run's measurement window, seconds")
+    p.add_argument("--warmup", type=non_negative_float, default=5.0, help="seconds after startup before measuring")
+    p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K", help="K busy processes load the machine "
                    "for the whole run (overload on a loaded machine)")
     p.add_argument("--shaping", action="store_true", help="the uplink shaper on, as `mavjet gateway` runs by default")
     p.add_argument("--json", type=Path, default=Path("bench-overload.json"),

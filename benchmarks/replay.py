@@ -29,6 +29,7 @@ from typing import Any
 
 from analytics.options import SourceOptions
 from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
+from benchmarks.kit import positive_int
 from gateway.contract.errors import ConfigError
 from gateway.contract.natsconn import open_client
 from gateway.contract.subjects import EVENTS_STREAM
@@ -257,8 +258,6 @@ def main(argv: list[str]) -> int:
         argv = argv[1:]
     p = build_parser()
     args = p.parse_args(argv)
-    if args.events < 1:
-        p.error("--events must be >= 1")
     try:
         check_memory("driver_memory", args.driver_memory)
     except ConfigError as exc:
@@ -268,11 +267,11 @@ def main(argv: list[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--events", type=int, default=1_000_000, help="events `sim audit` puts in TWIN_EVENTS first "
+    p.add_argument("--events", type=positive_int, default=1_000_000, help="events `sim audit` puts in TWIN_EVENTS first "
                    "(default %(default)s)")
     p.add_argument("--nats", help="use this server (its TWIN_EVENTS must be empty or hold env 'bench'); default: a private one")
     p.add_argument("--master", default="local[2]", help="Spark master URL (default %(default)s)")
-    p.add_argument("--partitions", type=int, help="read partitions (default: the source's own choice)")
+    p.add_argument("--partitions", type=positive_int, help="read partitions (default: the source's own choice)")
     p.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY, help=f"Spark driver heap (default {DEFAULT_DRIVER_MEMORY})")
     p.add_argument("--seed", type=int, default=1, help="the synthetic events' seed (default %(default)s)")
     p.add_argument("--json", help="write the figures to this file (rewritten after every stage; 'complete' says if it finished)")

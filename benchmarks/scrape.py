@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import make_wsgi_app
 
-from benchmarks.kit import percentile, report
+from benchmarks.kit import percentile, positive_int, report
 from drivers.mavlink.link import LinkState
 from drivers.mavlink.session import LinkHealth
 from gateway.metrics import GatewayMetrics, serve_app
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench scrape", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vehicles", type=int, default=1000, help="vehicles whose link families are on the page")
-    p.add_argument("--rounds", type=int, default=20, help="scrapes of each page in each format")
+    p.add_argument("--vehicles", type=positive_int, default=1000, help="vehicles whose link families are on the page")
+    p.add_argument("--rounds", type=positive_int, default=20, help="scrapes of each page in each format")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-scrape-N.json)")
     return p
 

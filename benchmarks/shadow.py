@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import nats
 
-from benchmarks.kit import percentile, report
+from benchmarks.kit import non_negative_float, percentile, positive_float, positive_int, report
 from drivers.mavlink.link import LinkConfig
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
@@ -169,11 +169,11 @@ async def run(args: argparse.Namespace, server: NatsServer, state_dir: Path) -> 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench shadow",
                                 description="desired write -> reported.converged across N simulated vehicles")
-    p.add_argument("--vehicles", type=int, default=10, help="simulated vehicles (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=20, help="params changes per vehicle")
-    p.add_argument("--warmup", type=float, default=2.0, help="seconds after startup before the first round")
-    p.add_argument("--round-timeout", type=float, default=30.0, help="give up on a round after this long")
-    p.add_argument("--baseline-ops", type=int, default=1000, help="bare KV put+get round trips")
+    p.add_argument("--vehicles", type=positive_int, default=10, help="simulated vehicles (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=20, help="params changes per vehicle")
+    p.add_argument("--warmup", type=non_negative_float, default=2.0, help="seconds after startup before the first round")
+    p.add_argument("--round-timeout", type=positive_float, default=30.0, help="give up on a round after this long")
+    p.add_argument("--baseline-ops", type=positive_int, default=1000, help="bare KV put+get round trips")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-shadow-N.json)")
     return p
 

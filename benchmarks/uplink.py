@@ -39,7 +39,14 @@ import msgpack
 from nats.aio.msg import Msg
 
 from benchmarks.commands import commands_ready
-from benchmarks.kit import nats_and_sim, percentile, report
+from benchmarks.kit import (
+    nats_and_sim,
+    non_negative_float,
+    percentile,
+    positive_float,
+    positive_int,
+    report,
+)
 from benchmarks.linkproxy import LinkProfile, LinkProxy, OutageKind
 from drivers.mavlink.transport import Endpoint
 from gateway import logs
@@ -248,18 +255,18 @@ async def run(args: argparse.Namespace, server: NatsServer, base: int, tmp: str)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench uplink", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vehicles", type=int, default=3, help="simulated vehicles streaming full telemetry")
-    p.add_argument("--rate-bps", type=int, default=64_000, help="link rate each way, bit/s (default %(default)s)")
-    p.add_argument("--rtt-ms", type=float, default=150.0, help="link round trip, ms (default %(default)s)")
-    p.add_argument("--outage-s", type=float, default=0.0, help="cut the link once for this long (0: no outage)")
-    p.add_argument("--duration", type=float, default=40.0, help="measurement window per phase, seconds")
-    p.add_argument("--drain", type=float, default=20.0, help="seconds after the window for late arrivals")
-    p.add_argument("--failsafe-rate", type=float, default=1.0, help="failsafe events injected per second")
-    p.add_argument("--cmd-rate", type=float, default=0.5, help="commands per second (at most --failsafe-rate)")
+    p.add_argument("--vehicles", type=positive_int, default=3, help="simulated vehicles streaming full telemetry")
+    p.add_argument("--rate-bps", type=positive_int, default=64_000, help="link rate each way, bit/s (default %(default)s)")
+    p.add_argument("--rtt-ms", type=non_negative_float, default=150.0, help="link round trip, ms (default %(default)s)")
+    p.add_argument("--outage-s", type=non_negative_float, default=0.0, help="cut the link once for this long (0: no outage)")
+    p.add_argument("--duration", type=positive_float, default=40.0, help="measurement window per phase, seconds")
+    p.add_argument("--drain", type=non_negative_float, default=20.0, help="seconds after the window for late arrivals")
+    p.add_argument("--failsafe-rate", type=positive_float, default=1.0, help="failsafe events injected per second")
+    p.add_argument("--cmd-rate", type=non_negative_float, default=0.5, help="commands per second (at most --failsafe-rate)")
     p.add_argument("--log", type=int, default=1, help="the sim log to download (1: ~90 kB)")
-    p.add_argument("--target-delay-s", type=float, default=UplinkConfig().target_delay_s,
+    p.add_argument("--target-delay-s", type=positive_float, default=UplinkConfig().target_delay_s,
                    help="[uplink] target_delay_s for the shaped phase (default %(default)s)")
-    p.add_argument("--newest-only-delay-s", type=float, default=UplinkConfig().newest_only_delay_s,
+    p.add_argument("--newest-only-delay-s", type=positive_float, default=UplinkConfig().newest_only_delay_s,
                    help="[uplink] newest_only_delay_s for the shaped phase (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-uplink.json)")
     return p
