@@ -216,6 +216,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fast-hz", type=float, default=10.0, help="position/attitude rate")
     p.add_argument("--slow-hz", type=float, default=2.0, help="rate of the other six messages")
     args = p.parse_args(argv)
+    if any(n < 1 for n in args.vehicles or ()) or not (args.duration > 0 and args.warmup >= 0):
+        p.error("--vehicles must be >= 1, --duration > 0 and --warmup >= 0")
+    if not (args.fast_hz > 0 and args.slow_hz > 0):
+        p.error("--fast-hz and --slow-hz must be > 0")
     for n in args.vehicles or [100]:
         result = asyncio.run(bench(n, args.duration, args.fast_hz, args.slow_hz, args.warmup))
         print(json.dumps(result), flush=True)

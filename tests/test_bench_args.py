@@ -10,6 +10,7 @@ import argparse
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,8 +64,15 @@ def test_a_bad_figure_is_a_usage_error(name: str, option: str, value: str,
     assert f"argument {option}" in capsys.readouterr().err
 
 
-def test_from_the_command_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "ingest", "--vehicles", "0"],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines()[-1] == "mavjet bench ingest: error: argument --vehicles: '0': must be > 0"
+@pytest.mark.parametrize(("argv", "last_line"), [
+    (["bench", "ingest", "--vehicles", "0"], "mavjet bench ingest: error: argument --vehicles: '0': must be > 0"),
+    (["sim", "bench", "-n", "0"], "mavjet sim bench: error: --vehicles must be >= 1, --duration > 0 and --warmup >= 0"),
+    (["demo", "--speedup", "0", "--dir", "{tmp}"], "mavjet demo: config --speedup: must be in (0, 1000], got 0.0"),
+])
+def test_from_the_command_line(argv: list[str], last_line: str, tmp_path: Path) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[-1] == last_line
+    assert list(tmp_path.iterdir()) == []  # refused before anything was started or written

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import shutil
 import signal
 import socket
@@ -179,6 +180,8 @@ def main(argv: list[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.vehicles <= 200:
         raise ConfigError("--vehicles", "must be 1..200")
+    if not (math.isfinite(args.speedup) and 0 < args.speedup <= 1000):  # the simulator's own bound, said up front
+        raise ConfigError("--speedup", f"must be in (0, 1000], got {args.speedup}")
     via_commands = _use_commands(args.sortie)
     data = args.dir
     shutil.rmtree(data / "js", ignore_errors=True)
