@@ -185,13 +185,18 @@ def run_json(label: str, cmd: list[str], *, cwd: Path, env: dict[str, str], out:
 
 
 @contextmanager
-def cpu_hogs(count: int) -> Iterator[None]:
+def cpu_hogs(count: int, *, nice: int = 0) -> Iterator[list[subprocess.Popen[bytes]]]:
     """`count` processes that spin for the block's duration: "a loaded machine" (issue 15, goal 5),
-    the same load for every side of a comparison. Each is one busy Python loop, at normal priority."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+    the same load for every side of a comparison. Each is one busy Python loop.
+
+    `nice` lowers their scheduling weight against mavjet's processes (nice 0): the CFS weight
+    that systemd's `CPUWeight=` or a container's `cpu_shares` sets for a whole service, here
+    per process and without root (nice 7 weighs 215 against nice 0's 1024)."""
+    code = f"import os\nos.nice({int(nice)})\nwhile True: pass" if nice else "while True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
              for _ in range(max(0, count))]
     try:
-        yield
+        yield procs
     finally:
         for proc in procs:
             proc.kill()

@@ -33,7 +33,15 @@ from benchmarks.commands import (
     commands_ready,
 )
 from benchmarks.compare import ref_worktree
-from benchmarks.kit import nats_and_sim, non_negative_float, positive_float, positive_int, report
+from benchmarks.kit import (
+    cpu_hogs,
+    nats_and_sim,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    report,
+)
 from benchmarks.mixedproc import command_seed, commands_at_rate, run_process, with_baseline
 from gateway import logs
 from gateway.entry import tune_process
@@ -111,8 +119,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scrape-every", type=non_negative_float, default=0.0, metavar="S",
                    help="GET the gateway's /metrics every S seconds during the window, as Prometheus would "
                    "(OpenMetrics); a scrape's cost is the event loop's (default 0: only before and after)")
+    p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K",
+                   help="K busy processes beside the whole run: other work on the machine (a video encoder on "
+                   "a companion computer, other services on a hub)")
+    p.add_argument("--hog-nice", type=hog_nice, default=0, metavar="N",
+                   help="the busy processes' nice value, 0..19: 0 weighs them as mavjet's own processes; higher "
+                   "gives mavjet the larger CPU share under contention, as `CPUWeight=` or `cpu_shares` would "
+                   "(default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")
     return p
+
+
+def hog_nice(text: str) -> int:
+    value = non_negative_int(text)
+    if value > 19:
+        raise argparse.ArgumentTypeError(f"{text!r}: nice values go up to 19")
+    return value
 
 
 def main(argv: list[str]) -> int:
@@ -138,10 +160,12 @@ def main(argv: list[str]) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    with nats_and_sim(args.vehicles, preferred_port=26760) as (server, sim, base, tmp):
+    with cpu_hogs(args.cpu_hog, nice=args.hog_nice), \
+            nats_and_sim(args.vehicles, preferred_port=26760) as (server, sim, base, tmp):
         if args.in_process:
             res = asyncio.run(run(args, server, base, tmp))
         else:
             res = asyncio.run(run_process(args, server, sim.pid, base, tmp))
+    res.update({"cpu_hog": args.cpu_hog, "hog_nice": args.hog_nice})
     report(res, args.json or Path(f"bench-mixed-{args.vehicles}.json"))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.commands import open_loop
-from benchmarks.kit import percentile, percentile_ci
+from benchmarks.kit import cpu_hogs, percentile, percentile_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,12 +23,14 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
     out = tmp_path / "mixed.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "3", "--cmd-rate", "4",
-         "--duration", "2", "--warmup", "0.5", "--scrape-every", "0.5", "--uvloop", "--json", str(out)],
+         "--duration", "2", "--warmup", "0.5", "--scrape-every", "0.5", "--uvloop", "--cpu-hog", "1",
+         "--hog-nice", "15", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["gateway"] == "own process" and res["gateway_uvloop"] is True and res["arrivals"] == "even"
+    assert res["cpu_hog"] == 1 and res["hog_nice"] == 15
     # The gateway's own drain and close at SIGTERM is info (`nats_closed`), not a warning to chase.
     assert "nats_disconnected" not in res["gateway_warnings"], res["gateway_warnings"]
     cmds, base = res["commands"], res["baseline_jetstream_roundtrip"]
@@ -53,6 +56,24 @@ def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_store
             assert res[f"{proc}_cpu_wait_pct"] is not None and res[f"{proc}_cpu_wait_pct"] >= 0, res
     # /metrics scraped during the window, as Prometheus would: every 0.5 s for 2 s.
     assert 3 <= res["scrapes"]["count"] <= 5 and 0 < res["scrapes"]["p50_ms"] <= res["scrapes"]["max_ms"]
+
+
+def test_cpu_hogs_spin_at_the_nice_value_asked_and_are_gone_after() -> None:
+    with cpu_hogs(2, nice=7) as procs:
+        assert len(procs) == 2
+        deadline = time.monotonic() + 20
+        # each sets its own nice first thing; bounded wait for both interpreters to start
+        while time.monotonic() < deadline and any(os.getpriority(os.PRIO_PROCESS, p.pid) != 7 for p in procs):
+            time.sleep(0.05)
+        assert [os.getpriority(os.PRIO_PROCESS, p.pid) for p in procs] == [7, 7]
+        assert all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_mixed_refuses_a_bad_hog_nice() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--hog-nice", "20"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].endswith("--hog-nice: '20': nice values go up to 19")
 
 
 def test_mixed_refuses_a_negative_scrape_period() -> None:
