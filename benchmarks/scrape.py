@@ -102,10 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    p = build_parser()
-    args = p.parse_args(argv)
-    if args.vehicles < 1 or args.rounds < 1:
-        p.error("--vehicles and --rounds must be >= 1")
+    args = build_parser().parse_args(argv)
     print(f"scraping {args.vehicles} vehicles' pages, {args.rounds} rounds", flush=True)
     res = run(args)
     report(res, args.json or Path(f"bench-scrape-{args.vehicles}.json"), width=36)

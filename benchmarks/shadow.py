@@ -179,10 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    p = build_parser()
-    args = p.parse_args(argv)
-    if args.vehicles < 1 or args.rounds < 1:
-        p.error("--vehicles and --rounds must be >= 1")
+    args = build_parser().parse_args(argv)
     logs.configure("warning")
     with tempfile.TemporaryDirectory(prefix="mavjet-bench-shadow-") as tmp:
         server = NatsServer(store_dir=f"{tmp}/js")
