@@ -139,8 +139,8 @@ def hog_nice(text: str) -> int:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.scrape_every < 0 or (args.scrape_every and args.in_process):
-        print("mavjet bench mixed: --scrape-every must be >= 0, and needs the gateway as a process", file=sys.stderr)
+    if args.scrape_every and args.in_process:
+        print("mavjet bench mixed: --scrape-every needs the gateway as a process; drop --in-process", file=sys.stderr)
         return 2
     if args.uvloop and args.in_process:
         print("mavjet bench mixed: --uvloop is the gateway process's event loop; drop --in-process", file=sys.stderr)

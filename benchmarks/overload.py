@@ -28,6 +28,7 @@ from benchmarks.kit import (
     non_negative_float,
     non_negative_int,
     positive_float,
+    positive_ints,
     report,
     run_json,
 )
@@ -91,7 +92,7 @@ def _point(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mavjet bench overload", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--sizes", default="500,1000,1500", help="fleet sizes tried for the knee, ascending "
+    p.add_argument("--sizes", type=positive_ints, default="500,1000,1500", help="fleet sizes tried for the knee, ascending "
                    "(default %(default)s)")
     p.add_argument("--factor", type=float, default=2.0, help="the overloaded run's size, times the knee's "
                    "(default %(default)s)")
@@ -108,12 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    try:
-        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    except ValueError:
-        p.error(f"--sizes: comma-separated fleet sizes, got {args.sizes!r}")
-    if not sizes or sizes != sorted(sizes) or sizes[0] < 1 or args.factor <= 1.0:
-        p.error("--sizes must be ascending and positive, --factor above 1")
+    sizes: list[int] = args.sizes  # positive counts (the option's type)
+    if sizes != sorted(sizes) or args.factor <= 1.0:
+        p.error("--sizes must be ascending, --factor above 1")
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mavjet-overload-") as tmp, cpu_hogs(args.cpu_hog):
         print(f"knee search: {sizes} vehicles, {args.cpu_hog} busy process(es) alongside", flush=True)

@@ -68,6 +68,9 @@ def test_a_bad_figure_is_a_usage_error(name: str, option: str, value: str,
     (["bench", "ingest", "--vehicles", "0"], "mavjet bench ingest: error: argument --vehicles: '0': must be > 0"),
     (["sim", "bench", "-n", "0"], "mavjet sim bench: error: --vehicles must be >= 1, --duration > 0 and --warmup >= 0"),
     (["demo", "--speedup", "0", "--dir", "{tmp}"], "mavjet demo: config --speedup: must be in (0, 1000], got 0.0"),
+    (["bench", "uplink", "--cmd-rate", "2", "--failsafe-rate", "1"],
+     "mavjet bench uplink: --cmd-rate must be at most --failsafe-rate"),
+    (["bench", "overload", "--sizes", "500,x"], "mavjet bench overload: error: argument --sizes: 'x' is not an integer"),
 ])
 def test_from_the_command_line(argv: list[str], last_line: str, tmp_path: Path) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -82,6 +82,12 @@ def test_mixed_refuses_a_negative_scrape_period() -> None:
     assert proc.returncode == 2 and "--scrape-every" in proc.stderr
 
 
+def test_mixed_refuses_scraping_a_gateway_in_process() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--scrape-every", "1", "--in-process"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--in-process" in proc.stderr.splitlines()[-1]
+
+
 def test_mixed_refuses_uvloop_for_a_gateway_in_process() -> None:
     proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--uvloop", "--in-process"],
                           capture_output=True, text=True, timeout=60, check=False)
