@@ -21,8 +21,10 @@ today's gateway as the edge hub ran it (asyncio) against the new one as the
 edge hub runs it now (uvloop). `--new-compiled` runs the working tree's
 side from a copy whose hot path `mavjet compile` built with mypyc
 (gateway/ops/compile.py), as a deployment that compiles it runs; the ref's
-side stays as it was, interpreted. The working tree itself is never compiled
-in place.
+side stays as it was, interpreted, unless `--ref-compiled` compiles it too,
+with the ref's own `mavjet compile` (a ref from before that command cannot):
+compiled against compiled, for a change to the compiled code itself. The
+working tree itself is never compiled in place.
 """
 
 from __future__ import annotations
@@ -162,13 +164,14 @@ def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
 
 def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
             cpu_hog: int = 0, new_args: list[str] | None = None, ref_sim: str = "tree",
-            new_compiled: bool = False) -> int:
+            new_compiled: bool = False, ref_compiled: bool = False) -> int:
     new_args = new_args or []
     with ref_worktree(ref) as (root, tree, sha):
         if ref_sim == "tree":
             use_tree_sim(root, tree)
         digests = {"ref": sim_digest(tree), "new": sim_digest(root)}
-        sims: dict[str, Any] = {"ref_sim": ref_sim, "sim_digest": digests, "new_compiled": new_compiled}
+        sims: dict[str, Any] = {"ref_sim": ref_sim, "sim_digest": digests, "new_compiled": new_compiled,
+                                "ref_compiled": ref_compiled}
         whose = "the working tree's on both sides" if ref_sim == "tree" else "each side its own"
         print(f"simulator: {whose} (sim/ {digests['ref']} / {digests['new']})", flush=True)
         compiled = None
@@ -177,15 +180,32 @@ def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Pat
             print("compiling a copy of the working tree's hot path (mavjet compile) ...", flush=True)
             built = compile_copy(root, compiled, log=tree.parent / "compile.log")
             print(f"compiled: {len(built)} extensions", flush=True)
+        ref_build = compile_ref(ref, tree) if ref_compiled else None
         ref_runs, new_runs = _rounds(ref, sha, name, bench_args, rounds=rounds, root=root, tree=tree,
-                                     cpu_hog=cpu_hog, new_args=new_args, compiled=compiled)
+                                     cpu_hog=cpu_hog, new_args=new_args, compiled=compiled, ref_compiled=ref_build)
     return _table(ref, sha, name, bench_args, rounds=rounds, cpu_hog=cpu_hog, ref_runs=ref_runs, new_runs=new_runs,
                   out=out, new_args=new_args, extra=sims)
 
 
+def compile_ref(ref: str, tree: Path) -> Path:
+    """A compiled copy of the ref's worktree, built by the ref's own `mavjet compile --target`."""
+    target = tree.parent / "ref-compiled"
+    print(f"compiling a copy of {ref}'s hot path (its own mavjet compile) ...", flush=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, "-P", "-c", _REF_MAIN, "compile", "--target", str(target)]
+    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        why = lines[-1] if lines else f"exit {proc.returncode}"
+        raise SystemExit(f"mavjet bench compare: --ref-compiled: {ref} could not compile itself "
+                         f"(it needs `mavjet compile`): {why}")
+    print(f"compiled: {proc.stdout.strip().splitlines()[0]}", flush=True)
+    return target
+
+
 def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, root: Path, tree: Path,
-            cpu_hog: int, new_args: list[str],
-            compiled: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            cpu_hog: int, new_args: list[str], compiled: Path | None = None,
+            ref_compiled: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     tmp = tree.parent
     ref_runs: list[dict[str, Any]] = []
     new_runs: list[dict[str, Any]] = []
@@ -200,9 +220,12 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
             for side in order:
                 report = tmp / f"{side}-{i}.json"
                 if side == "ref":
-                    env = {**base_env, "PYTHONPATH": str(tree)}
-                    cmd = [sys.executable, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
-                    ref_runs.append(run_json(f"{ref} ({sha})", cmd, cwd=tree, env=env, out=report))
+                    env = {**base_env, "PYTHONPATH": str(ref_compiled or tree)}
+                    # -P: the compiled copy, not the worktree's sources (the working directory), first.
+                    py = [sys.executable] if ref_compiled is None else [sys.executable, "-P"]
+                    cmd = [*py, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
+                    what = f"{ref} ({sha})" if ref_compiled is None else f"{ref} ({sha}), compiled"
+                    ref_runs.append(run_json(what, cmd, cwd=tree, env=env, out=report))
                 else:
                     env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"}
                     python = [sys.executable]
@@ -240,7 +263,7 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mavjet bench compare",
-        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--new-compiled] "
+        usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--new-compiled] [--ref-compiled] "
               "[--ref-sim tree|own] REF -- NAME [options]",
         description="Run a benchmark from a git ref and from the working tree alternately; print both and the ratio.",
         epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
@@ -256,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-compiled", action="store_true",
                    help="the working tree's side from a copy with its hot path compiled by mypyc (mavjet compile; "
                         "needs mypy and a C compiler), the ref's as it was")
+    p.add_argument("--ref-compiled", action="store_true",
+                   help="the ref's side compiled too, by its own mavjet compile (a ref that has the command): "
+                        "with --new-compiled, compiled code against compiled code")
     p.add_argument("--ref-sim", choices=("tree", "own"), default="tree",
                    help="the simulated vehicles of the ref's side: the working tree's sim/ (default: both sides "
                         "see the same traffic) or the ref's own")
@@ -273,4 +299,5 @@ def main(argv: list[str]) -> int:
     if "--json" in rest:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
     return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
-                   new_args=args.new_arg, ref_sim=args.ref_sim, new_compiled=args.new_compiled)
+                   new_args=args.new_arg, ref_sim=args.ref_sim, new_compiled=args.new_compiled,
+                   ref_compiled=args.ref_compiled)

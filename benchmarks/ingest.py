@@ -334,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the ref's on asyncio (each edge hub as deployed; deploy/edge-hub/gateway.toml)")
     p.add_argument("--new-compiled", action="store_true", help="with --compare: the working tree's side with its "
                    "hot path compiled by mypyc (mavjet compile), as a deployment that compiles it runs")
+    p.add_argument("--ref-compiled", action="store_true", help="with --compare: the ref's side compiled too, by "
+                   "its own mavjet compile (with --new-compiled: compiled code against compiled code)")
     p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K",
                    help="K busy processes load the machine while it runs (overload on a loaded machine)")
     return p
@@ -354,7 +356,7 @@ def ingest_main(argv: list[str]) -> int:
                 *(["--shaping"] if args.shaping else [])]  # a ref without a shaper refuses --shaping
         return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
                        new_args=["--uvloop"] if args.new_uvloop and not args.uvloop else [],
-                       new_compiled=args.new_compiled)
+                       new_compiled=args.new_compiled, ref_compiled=args.ref_compiled)
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     # One vehicle more than the gateway serves: the ceiling's sample is recorded from it.

@@ -126,3 +126,44 @@ def _hogs_left() -> list[str]:
         if b"while True: pass" in cmd and b"-c" in cmd:
             left.append(proc.name)
     return left
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+@pytest.mark.skipif(cannot_compile() is not None, reason=cannot_compile() or "")
+@pytest.mark.timeout(300)  # a ~35-80 s build first
+def test_ref_compiled_runs_the_refs_side_from_its_own_compiled_copy(tmp_path: Path) -> None:
+    # The ref's side compiled by the ref's own `mavjet compile`, the working tree's left
+    # interpreted: each side runs what it was given, and the ref's worktree is not compiled in place.
+    out = tmp_path / "cmp.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "ingest", "--compare", "HEAD", "--ref-compiled", "--rounds", "1",
+         "--json", str(out), "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert (data["ref_compiled"], data["new_compiled"]) == (True, False)
+    ref, new = data["ref_runs"][0], data["new_runs"][0]
+    assert ref["hot_modules_compiled"] > 0 and new["hot_modules_compiled"] == 0, (ref, new)
+    assert "compiled" in proc.stdout.split("round 1/1")[1].splitlines()[1]  # the ref's run line says so
+
+
+def _has_commit(ref: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True,
+                          check=False).returncode == 0
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists() or not _has_commit("5136316"), reason="needs the git history")
+@pytest.mark.timeout(120)
+def test_ref_compiled_with_a_ref_older_than_mavjet_compile_says_so(tmp_path: Path) -> None:
+    # 5136316 (issue 15's "today's code") predates `mavjet compile`: one line, before any run.
+    out = tmp_path / "cmp.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "compare", "5136316", "--ref-compiled", "--rounds", "1",
+         "--json", str(out), "--", "ingest", "--vehicles", "2", "--duration", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=100, check=False,
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("mavjet bench compare: --ref-compiled: 5136316 could not compile itself"), line
+    assert "round 1/1" not in proc.stdout and not out.exists()

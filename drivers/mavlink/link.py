@@ -10,7 +10,9 @@ one synchronous callback in batches (the hot path) and to any bounded
 listeners (protocol runners). The gateway does not use a link directly: it
 talks to the vehicle's `drivers.mavlink.session.Session`, which owns the link.
 
-Routing (gateway/routes.py) taps the whole frames received, as bytes
+The per-read path (decode, the vehicle's messages, its HEARTBEAT) is
+drivers/mavlink/inbound.py, which the gateway compiles with the rest of its
+hot path. Routing (gateway/routes.py) taps the whole frames received, as bytes
 (`tap_frames`), and injects frames as they are (`send_raw`): the `FrameTap`
 seam. The module is a little over 400 lines because the link's reconnect,
 keep-alive and tap duties share its transport and state.
@@ -32,11 +34,11 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from drivers.mavlink.autopilot import is_autopilot_heartbeat
 from drivers.mavlink.backoff import Backoff
 from drivers.mavlink.chores import Chores
 from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, ConstantMessage, MavCodec
 from drivers.mavlink.dialect import MavMessage, mavlink2
+from drivers.mavlink.inbound import Inbound, OnMessages
 from drivers.mavlink.router import FrameSplitter
 from drivers.mavlink.signing import MavSigning
 from drivers.mavlink.streamkeeper import StreamKeeper
@@ -106,7 +108,6 @@ class LinkCounters:
     heartbeats_skipped: int = 0  # the peer left more than a socket's high water unread
 
 
-OnMessages = Callable[[list[MavMessage], int], None]
 OnState = Callable[[LinkState, LinkState], None]
 # Whole frames received from the vehicle, as bytes, untouched (routes, the NATS tunnel).
 OnFrames = Callable[[list[bytes]], None]
@@ -157,16 +158,14 @@ class MavlinkLink:
         self.transport_factory = transport_factory
         self.stats = LinkCounters()
         self.state = LinkState.CONNECTING
-        self._on_messages = on_messages
         self._on_state = on_state
         self._transport: Transport | None = None
         self._listeners: set[MemoryObjectSendStream[MavMessage]] = set()
-        self._target_system = expected_sysid or 0
-        self._target_component = 1
         self.last_heartbeat_mono = 0.0
-        self._last_seen_mono: dict[str, float] = {}
+        self._inbound = Inbound(name=name, codec=self.codec, on_messages=on_messages,
+                                on_heartbeat=self._autopilot_heartbeat, target_system=expected_sysid or 0)
         self.streams = StreamKeeper(self, streams_hz=config.streams_hz, stale_s=config.stream_stale_s,
-                                    ack_timeout_s=config.heartbeat_timeout_s, last_seen=self._last_seen_mono)
+                                    ack_timeout_s=config.heartbeat_timeout_s, last_seen=self._inbound.last_seen_mono)
         self._ready = anyio.Event()
         # Raw-frame taps: only when something taps the link does it split frames a second time.
         self._taps: list[OnFrames] = []
@@ -175,10 +174,13 @@ class MavlinkLink:
     # -- raw frames (FrameTap) -------------------------------------------
     def tap_frames(self, handler: OnFrames) -> Callable[[], None]:
         self._taps.append(handler)
+        self._inbound.tap = self._tap
 
         def untap() -> None:
             if handler in self._taps:
                 self._taps.remove(handler)
+            if not self._taps:
+                self._inbound.tap = None
 
         return untap
 
@@ -204,11 +206,11 @@ class MavlinkLink:
     # -- MavPort ---------------------------------------------------------
     @property
     def target_system(self) -> int:
-        return self._target_system
+        return self._inbound.target_system
 
     @property
     def target_component(self) -> int:
-        return self._target_component
+        return self._inbound.target_component
 
     @property
     def source_system(self) -> int:
@@ -238,11 +240,14 @@ class MavlinkLink:
         size = max_buffer or self.config.listener_buffer
         send, recv = anyio.create_memory_object_stream[MavMessage](size)
         self._listeners.add(send)
+        self._inbound.fan_out = self._fan_out
         try:
             async with recv:
                 yield recv
         finally:
             self._listeners.discard(send)
+            if not self._listeners:
+                self._inbound.fan_out = None
             send.close()
 
     async def wait_ready(self) -> None:
@@ -259,45 +264,24 @@ class MavlinkLink:
         if self._on_state is not None:
             self._on_state(old, new)
 
-    def _autopilot_heartbeat(self, src_system: int, src_component: int, now: float) -> int:
-        """An autopilot's HEARTBEAT: the first names the vehicle; the vehicle's keep the link up. Returns the target."""
-        if self._target_system == 0:
-            self._target_system = src_system
-            self._target_component = src_component
-        if src_system == self._target_system:
-            self.last_heartbeat_mono = now
-            if self.state is not LinkState.UP:
-                self._set_state(LinkState.UP)
-                self._ready.set()
-        return self._target_system
+    def _autopilot_heartbeat(self, now: float) -> None:
+        """A HEARTBEAT of the vehicle's autopilot (drivers/mavlink/inbound.py): it keeps the link up."""
+        self.last_heartbeat_mono = now
+        if self.state is not LinkState.UP:
+            self._set_state(LinkState.UP)
+            self._ready.set()
 
-    def _dispatch(self, msgs: list[MavMessage], recv_ns: int) -> None:
-        # Per message and per read at a thousand vehicles: locals, and the rare work in a call.
-        now = time.monotonic()
-        target = self._target_system
-        seen = self._last_seen_mono
-        vehicle: list[MavMessage] = []
-        keep = vehicle.append
-        for msg in msgs:
-            kind = msg._type
-            hdr = msg._header
-            if kind == "HEARTBEAT" and is_autopilot_heartbeat(msg.type, msg.autopilot):
-                target = self._autopilot_heartbeat(hdr.srcSystem, hdr.srcComponent, now)
-            if hdr.srcSystem == target:
-                seen[kind] = now
-                keep(msg)
-        if vehicle:
-            self._on_messages(vehicle, recv_ns)
-        if self._listeners:
-            for send in list(self._listeners):
-                for msg in msgs:
-                    try:
-                        send.send_nowait(msg)
-                    except anyio.WouldBlock:
-                        self.stats.listener_drops += 1
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        self._listeners.discard(send)
-                        break
+    def _fan_out(self, msgs: list[MavMessage]) -> None:
+        # Every message to every listener (protocol runners), never waiting: a full listener drops.
+        for send in list(self._listeners):
+            for msg in msgs:
+                try:
+                    send.send_nowait(msg)
+                except anyio.WouldBlock:
+                    self.stats.listener_drops += 1
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    self._listeners.discard(send)
+                    break
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect, read, keep alive and reconnect forever (until cancelled)."""
@@ -322,7 +306,7 @@ class MavlinkLink:
             self._splitter = FrameSplitter()
             self.codec.resync()  # a connect starts mid-stream: its first partial frame is not link damage
             self.stats.connects += 1
-            self._last_seen_mono.clear()
+            self._inbound.last_seen_mono.clear()
             self.streams.reset()
             self._set_state(LinkState.CONNECTING if self.last_heartbeat_mono == 0 else LinkState.LOST)
             if not started:
@@ -356,32 +340,16 @@ class MavlinkLink:
                 self._set_state(LinkState.DOWN)
             await anyio.sleep(backoff.next_delay_s())
 
-    def _on_bytes(self, data: bytes) -> None:
-        if self._taps:
-            self._tap(data)
-        try:
-            msgs = self.codec.feed(data)
-            if msgs:
-                self._dispatch(msgs, time.time_ns())
-        except Exception:  # runs in the selector callback: never let it tear the transport down
-            log.exception("link_dispatch_failed", vehicle=self.name)
-
     async def _read_loop(self, transport: Transport) -> None:
         start_reading = getattr(transport, "start_reading", None)
         if start_reading is not None:
             # Push mode: bytes are decoded in the transport's callback.
-            start_reading(self._on_bytes)
+            start_reading(self._inbound.on_bytes)
             await transport.wait_closed()  # type: ignore[attr-defined]
             return
-        feed = self.codec.feed
-        dispatch = self._dispatch
+        receive = self._inbound.receive
         while True:
-            data = await transport.recv()
-            if self._taps:
-                self._tap(data)
-            msgs = feed(data)
-            if msgs:
-                dispatch(msgs, time.time_ns())
+            receive(await transport.recv())
 
     async def _heartbeat_loop(self) -> None:
         # Only for a transport that cannot send without waiting (UDP, serial, asyncio's TCP).

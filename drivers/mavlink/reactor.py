@@ -20,7 +20,7 @@ of the knee's state rate (an even share: 83 to 88 %; asyncio's transports,
 which read every ready socket in one pass: 95 to 97 %, at about twice the
 p99); docs/performance.md has the figures. A read costs less too: no
 handle, no chain of transport methods, the bytes go straight to the link's
-sink (drivers/mavlink/link.py `_on_bytes`).
+sink (drivers/mavlink/inbound.py `Inbound.on_bytes`).
 
 Writes go straight to the socket; what it does not take waits in a buffer
 for the loop's writer callback, and `send` waits while more than

@@ -43,6 +43,7 @@ HOT_MODULES: tuple[str, ...] = (
     "drivers/mavlink/framer.py",
     "drivers/mavlink/reactor.py",
     "drivers/mavlink/codec.py",
+    "drivers/mavlink/inbound.py",
     "gateway/telemetry.py",
     "gateway/samples.py",
     "gateway/vehicle.py",

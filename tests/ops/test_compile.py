@@ -27,6 +27,7 @@ HOT_TESTS = (
     "tests/drivers/test_fastdecode.py",
     "tests/drivers/test_framer.py",
     "tests/drivers/test_codec.py",
+    "tests/drivers/test_inbound.py",
     "tests/drivers/test_reactor.py",
     "tests/gateway/test_telemetry.py",
     "tests/gateway/test_ready_states.py",
