@@ -30,7 +30,7 @@ from gateway.recorder import TrackRecorder
 from gateway.samples import ReadyStates, StateSample
 from gateway.services import Foreground, GatewayService, ServiceContext
 from gateway.spool import Spool
-from gateway.vehicle import VehicleTwin
+from gateway.vehicle import VehicleTwin, collect_fleet_due, collect_fleet_links
 
 log = structlog.get_logger("mavjet.gateway")
 # The longest the fleet-wide state tick holds the event loop before it yields (see `_ticker`):
@@ -61,24 +61,21 @@ class _StepBudget:
 
 
 class _TickSteps:
-    """The tick's clock: `over(i)` once the step's time is spent (looked at every 16 vehicles), `next()` yields."""
+    """The tick's clock: the step ends at `end_s` (time.perf_counter()), `next()` yields and starts the next."""
 
-    __slots__ = ("_budget", "_end", "_foreground")
+    __slots__ = ("_budget", "_foreground", "end_s")
 
     def __init__(self, foreground: Foreground, budget: _StepBudget) -> None:
         self._foreground = foreground
         self._budget = budget
-        self._end = 0.0
+        self.end_s = 0.0
         self.start()
 
     def start(self) -> None:
-        self._end = time.perf_counter() + (TICK_STEP_S if self._foreground.active else self._budget.idle_s)
-
-    def over(self, i: int) -> bool:
-        return i & 15 == 15 and self.spent()
+        self.end_s = time.perf_counter() + (TICK_STEP_S if self._foreground.active else self._budget.idle_s)
 
     def spent(self) -> bool:
-        return time.perf_counter() >= self._end
+        return time.perf_counter() >= self.end_s
 
     async def next(self) -> None:
         yielded = time.perf_counter()
@@ -228,14 +225,10 @@ class Gateway:
                 dirty.clear()
                 due: list[StateSample] = []
                 steps = _TickSteps(foreground, budget)
-                for i, twin in enumerate(batch):
-                    try:
-                        if twin.collect_due(now_ns, due):
-                            dirty.add(twin)
-                    except Exception:  # one vehicle's bad state must not stop the others' publishing
-                        twin.fresh.clear()
-                        twin.report_error("publish")
-                    if steps.over(i):
+                i = 0
+                while i < len(batch):  # in steps (gateway/vehicle.py collect_fleet_due)
+                    i = collect_fleet_due(batch, i, now_ns, due, dirty=dirty, end_s=steps.end_s)
+                    if i < len(batch):
                         if due:
                             await publish_states(due)  # one buffer write per step
                             due = []
@@ -245,13 +238,10 @@ class Gateway:
             if rota is not None and (due_links := rota.take(now_ns)):
                 links: list[StateSample] = []
                 steps = _TickSteps(foreground, budget)
-                for i, t in enumerate(due_links):
-                    twin = twins[t]
-                    try:
-                        twin.collect_link(now_ns, links)
-                    except Exception:
-                        twin.report_error("publish")
-                    if steps.over(i):
+                i = 0
+                while i < len(due_links):
+                    i = collect_fleet_links(twins, due_links, i, now_ns=now_ns, out=links, end_s=steps.end_s)
+                    if i < len(due_links):
                         if links:
                             await publish_states(links)
                             links = []

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from drivers.mavlink.transport import Endpoint
+from gateway.budget import EventBudget
 from gateway.clock import GatewayClock
 from gateway.config import DEFAULT_RATES_HZ, GatewayConfig, VehicleConfig
 from gateway.contract import envelope
@@ -15,7 +18,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.samples import ReadyStates
 from gateway.spool import Spool
-from gateway.vehicle import VehicleTwin
+from gateway.vehicle import STEP_CHECK_EVERY, VehicleTwin, collect_fleet_due, collect_fleet_links
 
 T0_NS = 1_763_939_000_000_000_000
 MS = 1_000_000
@@ -148,3 +151,76 @@ async def test_a_vehicle_sending_faster_is_held_to_the_configured_rate(tmp_path:
     # (1.5 intervals, full at the start) and one for the sample left waiting at the end.
     assert 99 <= published <= 100 + 3
     assert waited > 0
+
+
+def _fleet(tmp_path: Path, spool: Spool, ready: ReadyStates, clock: _Clock, n: int) -> list[VehicleTwin]:
+    twins = []
+    for i in range(n):
+        (tmp_path / str(i)).mkdir()
+        twins.append(_twin(tmp_path / str(i), spool, ready, clock))
+    return twins
+
+
+def _waiting(twins: list[VehicleTwin], ready: ReadyStates, clock: _Clock, at_ms: int = 0) -> None:
+    """Each twin an attitude sample waiting in `fresh`, due at `at_ms` + 50 ms (as in the test above)."""
+    for i, twin in enumerate(twins):
+        _sample(twin, clock, at_ms, "attitude", i)
+        ready.take()
+        _sample(twin, clock, at_ms + 25, "attitude", i)
+        ready.take()
+        _sample(twin, clock, at_ms + 30, "attitude", i)
+    assert all(twin.fresh for twin in twins) and not ready.items
+
+
+async def test_the_fleet_collection_stops_at_its_deadline_every_16_twins_and_resumes(tmp_path: Path, spool: Spool) -> None:
+    ready, clock = ReadyStates(), _Clock()
+    twins = _fleet(tmp_path, spool, ready, clock, 40)
+    _waiting(twins, ready, clock)
+    out: list[tuple[str, bytes, int]] = []
+    dirty: set[VehicleTwin] = set()
+    due_ns = T0_NS + 50 * MS
+    # A deadline already passed: a step of 16 twins, then the ticker publishes and yields.
+    assert collect_fleet_due(twins, 0, due_ns, out, dirty=dirty, end_s=0.0) == STEP_CHECK_EVERY
+    assert len(out) == STEP_CHECK_EVERY and not dirty
+    assert collect_fleet_due(twins, 16, due_ns, out, dirty=dirty, end_s=0.0) == 32
+    assert collect_fleet_due(twins, 32, due_ns, out, dirty=dirty, end_s=time.perf_counter() + 60) == 40
+    assert sorted(envelope.unpack(p).data["i"] for _, p, _ in out) == list(range(40))
+    # Not yet due: each twin goes back to the dirty set, nothing is collected.
+    _waiting(twins, ready, clock, at_ms=1000)
+    out.clear()
+    assert collect_fleet_due(twins, 0, T0_NS + 1040 * MS, out, dirty=dirty, end_s=time.perf_counter() + 60) == 40
+    assert out == [] and dirty == set(twins)
+
+
+async def test_one_twins_error_does_not_stop_the_fleets_collection(tmp_path: Path, spool: Spool) -> None:
+    ready, clock = ReadyStates(), _Clock()
+    twins = _fleet(tmp_path, spool, ready, clock, 3)
+    _waiting(twins, ready, clock)
+    twins[1].fresh.clear()
+    twins[1].fresh.add(None)  # type: ignore[arg-type]  # a corrupt channel: collect_due raises on it
+    out: list[tuple[str, bytes, int]] = []
+    dirty: set[VehicleTwin] = set()
+
+    def errors() -> float | None:
+        return twins[1].metrics.registry.get_sample_value("mavjet_errors_total", {"where": "publish"})
+
+    with structlog.testing.capture_logs() as logs:
+        assert collect_fleet_due(twins, 0, T0_NS + 50 * MS, out, dirty=dirty, end_s=time.perf_counter() + 60) == 3
+    assert sorted(envelope.unpack(p).data["i"] for _, p, _ in out) == [0, 2]
+    assert not twins[1].fresh and errors() == 1  # its waiting samples are dropped, counted
+    assert [e["event"] for e in logs] == ["publish_failed"]
+    # The link channel's pass: every twin's link sample, in steps, the failing one counted.
+    links: list[tuple[str, bytes, int]] = []
+    twins[1].budget = _BrokenBudget(twins[1].cfg.event_budget)  # its collect_link raises
+    assert collect_fleet_links(twins, [2, 1, 0], 0, now_ns=T0_NS, out=links, end_s=time.perf_counter() + 60) == 3
+    assert [s.rsplit(".", 1)[1] for s, _, _ in links] == ["link", "link"] and errors() == 2
+
+
+class _BrokenBudget(EventBudget):
+    @property  # type: ignore[override]
+    def holding(self) -> bool:
+        raise RuntimeError("a bug in one vehicle's budget")
+
+    @holding.setter
+    def holding(self, value: bool) -> None:
+        pass

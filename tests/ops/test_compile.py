@@ -31,6 +31,7 @@ HOT_TESTS = (
     "tests/drivers/test_reactor.py",
     "tests/gateway/test_telemetry.py",
     "tests/gateway/test_ready_states.py",
+    "tests/gateway/test_ticker_steps.py",  # the fleet ticker in steps through the compiled collect_fleet_*
     "tests/gateway/test_superseded.py",
     "tests/gateway/test_publisher_raw.py",
     "tests/gateway/test_direct_delivery.py",
