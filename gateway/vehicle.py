@@ -327,9 +327,10 @@ class VehicleTwin:
             await anyio.sleep(backoff.next_delay_s())
 
 
-# The fleet ticker's loops over the twins (gateway/daemon.py `_ticker`), here so that they are
-# compiled with the twins (gateway/ops/compile.py): interpreted, the loop itself was ~6 % of the
-# gateway's samples at 1,000 vehicles (py-spy, a compiled build). Each stops once
+# The fleet ticker's loops over the twins (gateway/daemon.py `_ticker`), here to be compiled with
+# the twins (gateway/ops/compile.py) and tested without a running loop. Interpreted, the loop was
+# ~6 % of py-spy's samples of a compiled gateway at 1,000 vehicles; compiled, the gateway's CPU a
+# message did not change by more than the benchmark resolves (docs/benchmarks.md). Each stops once
 # time.perf_counter() passes `end_s`, looked at every `STEP_CHECK_EVERY` twins, and returns the
 # index to resume from: the ticker publishes what it has and yields between steps.
 STEP_CHECK_EVERY = 16

@@ -6,8 +6,11 @@ autopilot's HEARTBEAT, and hand the vehicle's messages to its twin in one
 call. It is a module of its own so that mypyc can compile it with the rest of
 the hot path (gateway/ops/compile.py): drivers/mavlink/link.py cannot be
 compiled (its reconnect loop uses `except*`), and this path ran there
-interpreted between two compiled calls, the codec's and the twin's. The link
-owns an `Inbound` and gives its transport `on_bytes` as the read callback.
+interpreted between two compiled calls, the codec's and the twin's (compiled,
+the gateway's CPU a message did not change by more than the ingest benchmark
+resolves: docs/benchmarks.md). It is sans-IO: tests feed it a real
+ArduCopter's bytes. The link owns an `Inbound` and gives its transport
+`on_bytes` as the read callback.
 """
 
 from __future__ import annotations
