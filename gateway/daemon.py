@@ -10,6 +10,7 @@ the links; the process exits 0.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -21,6 +22,7 @@ import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
+from drivers.mavlink.reactor import set_urgent
 from drivers.mavlink.udphub import UdpHub
 from gateway.clock import GatewayClock
 from gateway.config import GatewayConfig
@@ -58,6 +60,16 @@ class _StepBudget:
 
     def after_gap(self, gap_s: float) -> None:
         self.idle_s = min(TICK_MAX_IDLE_STEP_S, max(TICK_IDLE_STEP_S, gap_s))
+
+
+def _urgent(busy: bool) -> None:
+    """A command started (True) or the last one ended (False): the fleet's reads keep their passes
+    short meanwhile (drivers/mavlink/reactor.py), as the state tick keeps its steps (`_TickSteps`)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on an asyncio loop: there is no reactor to tell
+        return
+    set_urgent(loop, busy)
 
 
 class _TickSteps:
@@ -156,7 +168,7 @@ class Gateway:
         # Commands, shadow: started once the links are, cancelled at shutdown.
         self.services: list[GatewayService] = []
         self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics,
-                                      bulk=self.publisher.uplink)
+                                      bulk=self.publisher.uplink, foreground=Foreground(on_change=_urgent))
         self._add_routes()
         if cfg.track_hz > 0:  # the flight recorder (gateway/recorder.py): TWIN_TRACKS while armed
             self.services.append(TrackRecorder(cfg))

@@ -199,20 +199,27 @@ class NatsAccess(Protocol):
 
 class Foreground:
     """Work that must not wait behind state, counted while it runs (a command between its delivery
-    and its result): meanwhile the fleet's state tick yields in shorter steps (`gateway.daemon`)."""
+    and its result): meanwhile the fleet's state tick yields in shorter steps (`gateway.daemon`),
+    and `on_change(True)` / `on_change(False)` say when the first starts and the last ends (the
+    daemon shortens the fleet's read passes with it: drivers/mavlink/reactor.py `set_urgent`)."""
 
-    __slots__ = ("active",)
+    __slots__ = ("_on_change", "active")
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[bool], None] | None = None) -> None:
         self.active = 0
+        self._on_change = on_change
 
     @contextmanager
     def running(self) -> Iterator[None]:
         self.active += 1
+        if self.active == 1 and self._on_change is not None:
+            self._on_change(True)
         try:
             yield
         finally:
             self.active -= 1
+            if self.active == 0 and self._on_change is not None:
+                self._on_change(False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,12 @@ class PerLoop:
             found = cls._by_loop[id(loop)] = cls(loop)
         return cast(Self, found)
 
+    @classmethod
+    def existing(cls, loop: asyncio.AbstractEventLoop) -> Self | None:
+        """The loop's object if it has one now (never makes one)."""
+        found = cls._by_loop.get(id(loop))
+        return cast(Self, found) if found is not None and found._loop is loop else None
+
     def forget(self) -> None:
         """The loop's next `for_loop` makes a new one (this one is done: its last link or job is gone)."""
         if self._by_loop.get(id(self._loop)) is self:

@@ -22,6 +22,13 @@ p99); docs/performance.md has the figures. A read costs less too: no
 handle, no chain of transport methods, the bytes go straight to the link's
 sink (drivers/mavlink/inbound.py `Inbound.on_bytes`).
 
+While something urgent waits on the loop (the gateway sets `set_urgent`
+while a command runs, between its delivery and its result), a pass reads
+for at most `URGENT_SLICE_S`, whatever the share: each hop of the command
+through the loop (its ACK read, its result published, the NATS acks) then
+waits for a short pass, not for up to `MAX_SLICE_S` of other vehicles'
+telemetry. The state tick shortens its steps the same way (gateway/daemon.py).
+
 Writes go straight to the socket; what it does not take waits in a buffer
 for the loop's writer callback, and `send` waits while more than
 `WRITE_HIGH_WATER` bytes wait. Linux only (epoll): elsewhere
@@ -51,6 +58,7 @@ log = structlog.get_logger("mavjet.link")
 AVAILABLE = hasattr(select, "epoll")
 MAX_READS_PER_PASS = 128  # a slice: ~5 ms at ~40 µs a read (decode, normalise, pack)
 MAX_SLICE_S = 0.050  # the longest a pass reads, however long the rest of the loop took
+URGENT_SLICE_S = 0.003  # ... while something urgent waits (`set_urgent`); the state tick's step then too
 # The read share: a pass reads for up to `share` times as long as the rest of the loop ran.
 # It rises while passes end with sockets still ready and decays while they drain (see _read_ready).
 MIN_READ_SHARE = 1.0
@@ -72,6 +80,7 @@ class Reactor(PerLoop):
         self.ready_seen = 0  # ready sockets the passes were handed (reads tried), for diagnosis
         self._slice_end = time.perf_counter()  # when the last callback ended
         self.share = MIN_READ_SHARE  # how long a pass may read, in units of the rest of the loop's time
+        self.urgent = False  # something urgent waits on the loop: passes of at most URGENT_SLICE_S
         loop.add_reader(self._ep.fileno(), self._read_ready)
 
     def __len__(self) -> int:
@@ -97,7 +106,7 @@ class Reactor(PerLoop):
         # Per read at thousands of vehicles: locals, and nothing that is not needed.
         self.passes += 1
         now = time.perf_counter()
-        deadline = now + min(MAX_SLICE_S, (now - self._slice_end) * self.share)
+        deadline = now + min(URGENT_SLICE_S if self.urgent else MAX_SLICE_S, (now - self._slice_end) * self.share)
         links = self._links
         ep = self._ep
         drained = False
@@ -139,6 +148,14 @@ class Reactor(PerLoop):
         else:
             self.share = min(MAX_READ_SHARE, self.share * SHARE_UP)
         self._slice_end = time.perf_counter()
+
+
+def set_urgent(loop: asyncio.AbstractEventLoop, urgent: bool) -> None:
+    """Say whether something urgent waits on `loop` (see the module docstring). A no-op while the
+    loop has no reactor; one made later starts not urgent, until the next call."""
+    reactor = Reactor.existing(loop)
+    if reactor is not None:
+        reactor.urgent = urgent
 
 
 class ReactorTransport:

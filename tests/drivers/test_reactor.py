@@ -24,10 +24,13 @@ async def _open(port: int) -> ReactorTransport:
     return t
 
 
-async def _read_all(pairs: list[tuple[socket.socket, socket.socket]]) -> tuple[dict[int, bytes], list[int], Reactor]:
+async def _read_all(pairs: list[tuple[socket.socket, socket.socket]], *,
+                    urgent: bool = False) -> tuple[dict[int, bytes], list[int], Reactor]:
     """Attach one end of each pair, make every link ready at once, read them; (bytes per link, pass per read)."""
     loop = asyncio.get_running_loop()
     r = Reactor.for_loop(loop)
+    assert not r.urgent  # a new reactor is not urgent until told
+    reactor.set_urgent(loop, urgent)
     links = [ReactorTransport(Endpoint.parse(f"tcp:127.0.0.1:{i + 1}"), a, r, Inbox()) for i, (a, _) in enumerate(pairs)]
     got: dict[int, bytes] = {}
     pass_of: list[int] = []
@@ -60,6 +63,20 @@ async def test_a_pass_reads_a_slice_when_the_loop_was_busy_for_less(monkeypatch:
     assert max(Counter(pass_of).values()) == 4  # a slice a pass, the rest left ready for the next
     assert r.ready_seen == 20 and r.passes >= 5  # every ready socket counted once (mavjet bench ingest reports both)
     assert len(r) == 0 and id(asyncio.get_running_loop()) not in Reactor._by_loop  # closed with its last link
+
+
+async def test_while_something_urgent_waits_a_pass_reads_only_the_urgent_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the test below, where the loop was away 50 ms and one pass read all 20; urgent, it may not.
+    monkeypatch.setattr(reactor, "MAX_READS_PER_PASS", 4)
+    monkeypatch.setattr(reactor, "URGENT_SLICE_S", 0.0)  # one slice a pass while urgent
+    loop = asyncio.get_running_loop()
+    reactor.set_urgent(loop, True)  # no reactor yet: nothing to tell, and none is made
+    assert Reactor.existing(loop) is None
+    pairs = [socket.socketpair() for _ in range(20)]
+    got, pass_of, r = await _read_all(pairs, urgent=True)
+    assert len(got) == 20 and r.urgent
+    assert max(Counter(pass_of).values()) == 4 and len(Counter(pass_of)) >= 5
+    assert Reactor.existing(loop) is None  # gone with its last link, and its urgency with it
 
 
 async def test_a_pass_reads_as_long_as_the_rest_of_the_loop_ran(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,3 +101,38 @@ def test_a_stalled_loop_owes_each_vehicle_one_link_channel_not_a_backlog() -> No
     assert rota.take(5_000_000_000) == [*range(1, 10), 0], "five periods late: each vehicle once"
     assert rota.take(5_020_000_000) == [], "and no catching up after it"
     assert gateway.daemon.LinkRota(0, 1_000_000_000, 0).take(10**12) == []
+
+
+def test_foreground_says_when_the_first_urgent_work_starts_and_the_last_ends() -> None:
+    from gateway.services import Foreground
+
+    changes: list[bool] = []
+    fg = Foreground(on_change=changes.append)
+    with fg.running():
+        with fg.running():  # a second command meanwhile: no change
+            assert fg.active == 2
+        assert changes == [True]
+    assert changes == [True, False] and fg.active == 0
+    with pytest.raises(RuntimeError), fg.running():
+        raise RuntimeError("a command's bug")
+    assert changes == [True, False, True, False] and fg.active == 0  # ended, even by an error
+
+
+async def test_a_running_command_makes_the_gateways_reads_urgent(
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # The daemon wires its Foreground to the fleet's epoll (drivers/mavlink/reactor.py set_urgent).
+    import asyncio
+
+    from drivers.mavlink.reactor import AVAILABLE, Reactor
+
+    if not AVAILABLE:
+        pytest.skip("epoll is Linux only")
+    async with SimFleet(SimConfig(vehicles=2, base_port=0, speedup=1.0)) as fleet:
+        cfg = gateway_config(nats_server.url, fleet.endpoints, tmp_path)
+        async with running_gateway(cfg) as gw:
+            reader = Reactor.existing(asyncio.get_running_loop())
+            assert reader is not None and not reader.urgent
+            with gw.context.foreground.running():
+                assert reader.urgent
+            assert not reader.urgent
