@@ -103,6 +103,8 @@ class LinkProxy:
         self._cut_until = 0.0
         self._conns: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()  # the server's connection handlers (`_accept`)
+        self._closing = False
         self._holding = asyncio.Event()
         self._holding.set()  # set: not holding
 
@@ -121,16 +123,19 @@ class LinkProxy:
             self._spawn(self._scheduled(o))
 
     async def close(self) -> None:
+        """Stop accepting, end every connection and task, and return once they have ended."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
         for a, b in list(self._conns):
             a.close()
             b.close()
-        for t in list(self._tasks):
+        pending = [*self._tasks, *self._handlers]
+        for t in pending:
             t.cancel()
         # gather, not `suppress(BaseException)` around each await: the tasks' own cancellation and errors are
         # expected here, but a cancellation of close() itself must still propagate.
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
@@ -173,6 +178,22 @@ class LinkProxy:
         task.add_done_callback(self._tasks.discard)
 
     async def _accept(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None  # the server runs each handler as a task
+        self._handlers.add(me)
+        try:
+            await self._serve(cr, cw)
+        except asyncio.CancelledError:
+            # close() cancelled this connection. Python 3.11's start_server logs a handler
+            # task that ends cancelled as an error ("Exception in callback", fixed in 3.12),
+            # so a handler the proxy itself stopped ends normally; any other cancellation
+            # propagates.
+            if not self._closing:
+                raise
+        finally:
+            self._handlers.discard(me)
+
+    async def _serve(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
         if time.monotonic() < self._cut_until:
             self.refused += 1
             cw.close()

@@ -93,3 +93,31 @@ async def test_a_hold_delivers_what_was_sent_after_it_ends(echo_port: int) -> No
         w.close()
     assert elapsed >= 0.3
     assert proxy.connections == 1 and proxy.refused == 0
+
+
+async def test_close_ends_every_connection_quietly(echo_port: int) -> None:
+    # A connection mid-hold (its bytes waiting for the hold to end) when the proxy closes: close()
+    # returns with no connection handler left running, and none ends as an error the loop logs
+    # (Python 3.11's start_server logs a handler task that ends cancelled).
+    loop = asyncio.get_running_loop()
+    logged: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: logged.append(ctx))
+    try:
+        proxy = LinkProxy(echo_port, LinkProfile(rate_bps=0, delay_s=0.05))
+        await proxy.start()
+        r, w = await asyncio.open_connection("127.0.0.1", proxy.port)
+        await _roundtrip(r, w, b"x" * 100)
+        proxy.outage(30.0, OutageKind.HOLD)
+        w.write(b"y" * 100)
+        await w.drain()
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(proxy.close(), 10.0)
+        handlers = [t for t in asyncio.all_tasks() if "_accept" in repr(t.get_coro())]
+        assert handlers == [], handlers
+        for _ in range(5):  # a few loop passes for any done-callback to run
+            await asyncio.sleep(0)
+        w.close()
+    finally:
+        loop.set_exception_handler(previous)
+    assert logged == [], logged
