@@ -25,14 +25,15 @@ class PerLoop:
 
     @classmethod
     def for_loop(cls, loop: asyncio.AbstractEventLoop) -> Self:
-        found = cls._by_loop.get(id(loop))
-        if found is None or found._loop is not loop:  # none yet, or a closed loop's whose id came back
-            found = cls._by_loop[id(loop)] = cls(loop)
-        return cast(Self, found)
+        found = cls.existing(loop)
+        if found is None:
+            found = cls(loop)
+            cls._by_loop[id(loop)] = found
+        return found
 
     @classmethod
     def existing(cls, loop: asyncio.AbstractEventLoop) -> Self | None:
-        """The loop's object if it has one now (never makes one)."""
+        """The loop's object if it has one now (never makes one): not a closed loop's whose id came back."""
         found = cls._by_loop.get(id(loop))
         return cast(Self, found) if found is not None and found._loop is loop else None
 
