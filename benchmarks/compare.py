@@ -25,6 +25,15 @@ side stays as it was, interpreted, unless `--ref-compiled` compiles it too,
 with the ref's own `mavjet compile` (a ref from before that command cannot):
 compiled against compiled, for a change to the compiled code itself. The
 working tree itself is never compiled in place.
+
+`--sim-compiled` runs the simulator of both sides with its tick path
+compiled (`mavjet compile --sim`): it shares the two cores with the gateway
+and nats-server, and compiled it leaves the gateways more of them, the
+same on both sides. The working tree's `sim/` is built once into a
+directory of its own; the ref's worktree gets that package and its mypyc
+runtime (the ref's benchmark starts its simulator from its worktree), and
+the working tree's side puts the directory first on its `PYTHONPATH`. Each
+side's JSON from a build with `sim_modules_compiled` confirms it.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from statistics import mean
 from typing import Any
 
 from benchmarks.kit import cpu_hogs, non_negative_int, positive_int, run_json
-from gateway.ops.compile import compile_copy
+from gateway.ops.compile import SIM_MODULES, build, compile_copy
 from gateway.ops.natsserver import COLOCATED_GOMAXPROCS
 
 # Run the ref's own dispatcher: older refs have no entry points, newer ones do.
@@ -147,6 +156,25 @@ def use_tree_sim(root: Path, tree: Path) -> None:
     shutil.copytree(root / "sim", tree / "sim", ignore=shutil.ignore_patterns("__pycache__"))
 
 
+def compile_sim(root: Path, dest: Path) -> Path:
+    """The working tree's `sim/` with its tick path compiled, alone in `dest` (with its mypyc runtime)."""
+    print("compiling the simulator's tick path (mavjet compile --sim) ...", flush=True)
+    shutil.copytree(root / "sim", dest / "sim", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    built = build(dest, log=dest / "compile.log", modules=SIM_MODULES)
+    print(f"compiled: {len(built)} extensions", flush=True)
+    return dest
+
+
+def install_sim(sim_dir: Path, tree: Path) -> None:
+    """Put a compiled simulator (`compile_sim`) into a ref's worktree: its `sim/` package and the
+    mypyc runtime beside the packages, where the ref's benchmark imports them from."""
+    shutil.rmtree(tree / "sim", ignore_errors=True)
+    shutil.copytree(sim_dir / "sim", tree / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+    for runtime in sim_dir.glob("*__mypyc*"):
+        if runtime.is_file():
+            shutil.copy2(runtime, tree / runtime.name)
+
+
 @contextmanager
 def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
     """(repository root, a temporary worktree of `ref`, its short sha); the worktree and its
@@ -164,14 +192,21 @@ def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
 
 def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Path | None = None,
             cpu_hog: int = 0, new_args: list[str] | None = None, ref_sim: str = "tree",
-            new_compiled: bool = False, ref_compiled: bool = False) -> int:
+            new_compiled: bool = False, ref_compiled: bool = False, sim_compiled: bool = False) -> int:
     new_args = new_args or []
+    if sim_compiled and ref_sim != "tree":
+        raise SystemExit("mavjet bench compare: --sim-compiled compiles the working tree's simulator for both "
+                         "sides; it does not go with --ref-sim own")
     with ref_worktree(ref) as (root, tree, sha):
         if ref_sim == "tree":
             use_tree_sim(root, tree)
         digests = {"ref": sim_digest(tree), "new": sim_digest(root)}
+        sim_dir = None
+        if sim_compiled:
+            sim_dir = compile_sim(root, tree.parent / "sim-compiled")
+            install_sim(sim_dir, tree)
         sims: dict[str, Any] = {"ref_sim": ref_sim, "sim_digest": digests, "new_compiled": new_compiled,
-                                "ref_compiled": ref_compiled}
+                                "ref_compiled": ref_compiled, "sim_compiled": sim_compiled}
         whose = "the working tree's on both sides" if ref_sim == "tree" else "each side its own"
         print(f"simulator: {whose} (sim/ {digests['ref']} / {digests['new']})", flush=True)
         compiled = None
@@ -182,7 +217,8 @@ def compare(ref: str, name: str, bench_args: list[str], *, rounds: int, out: Pat
             print(f"compiled: {len(built)} extensions", flush=True)
         ref_build = compile_ref(ref, tree) if ref_compiled else None
         ref_runs, new_runs = _rounds(ref, sha, name, bench_args, rounds=rounds, root=root, tree=tree,
-                                     cpu_hog=cpu_hog, new_args=new_args, compiled=compiled, ref_compiled=ref_build)
+                                     cpu_hog=cpu_hog, new_args=new_args, compiled=compiled, ref_compiled=ref_build,
+                                     sim_dir=sim_dir)
     return _table(ref, sha, name, bench_args, rounds=rounds, cpu_hog=cpu_hog, ref_runs=ref_runs, new_runs=new_runs,
                   out=out, new_args=new_args, extra=sims)
 
@@ -205,7 +241,8 @@ def compile_ref(ref: str, tree: Path) -> Path:
 
 def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int, root: Path, tree: Path,
             cpu_hog: int, new_args: list[str], compiled: Path | None = None,
-            ref_compiled: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            ref_compiled: Path | None = None,
+            sim_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     tmp = tree.parent
     ref_runs: list[dict[str, Any]] = []
     new_runs: list[dict[str, Any]] = []
@@ -232,6 +269,10 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                     if compiled is not None:
                         # -P: not the working directory's sources first, the compiled copy on PYTHONPATH.
                         env["PYTHONPATH"], python = str(compiled), [sys.executable, "-P"]
+                    if sim_dir is not None:
+                        # The compiled simulator first (the benchmark passes -P on to it), then the gateway's code.
+                        env["PYTHONPATH"] = os.pathsep.join((str(sim_dir), str(compiled or root)))
+                        python = [sys.executable, "-P"]
                     cmd = [*python, "-m", "gateway", "bench", name, *bench_args, *new_args, "--json", str(report)]
                     label = "working tree" if compiled is None else "working tree, compiled"
                     new_runs.append(run_json(label, cmd, cwd=root, env=env, out=report))
@@ -264,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mavjet bench compare",
         usage="mavjet bench compare [-h] [--rounds N] [--json FILE] [--new-arg ARG ...] [--new-compiled] [--ref-compiled] "
-              "[--ref-sim tree|own] REF -- NAME [options]",
+              "[--sim-compiled] [--ref-sim tree|own] REF -- NAME [options]",
         description="Run a benchmark from a git ref and from the working tree alternately; print both and the ratio.",
         epilog="example: mavjet bench compare HEAD~5 --rounds 2 -- ingest --vehicles 1000 --duration 10",
     )
@@ -282,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref-compiled", action="store_true",
                    help="the ref's side compiled too, by its own mavjet compile (a ref that has the command): "
                         "with --new-compiled, compiled code against compiled code")
+    p.add_argument("--sim-compiled", action="store_true",
+                   help="both sides' simulator with its tick path compiled (mavjet compile --sim): it shares the "
+                        "cores with the gateway, and compiled it takes about a third less of them")
     p.add_argument("--ref-sim", choices=("tree", "own"), default="tree",
                    help="the simulated vehicles of the ref's side: the working tree's sim/ (default: both sides "
                         "see the same traffic) or the ref's own")
@@ -300,4 +344,4 @@ def main(argv: list[str]) -> int:
         p.error("the benchmark's --json is set by compare; use compare's own --json")
     return compare(args.ref, rest[0], rest[1:], rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
                    new_args=args.new_arg, ref_sim=args.ref_sim, new_compiled=args.new_compiled,
-                   ref_compiled=args.ref_compiled)
+                   ref_compiled=args.ref_compiled, sim_compiled=args.sim_compiled)

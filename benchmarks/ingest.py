@@ -31,6 +31,7 @@ from benchmarks.kit import (
     positive_float,
     positive_int,
     report,
+    sim_compiled_modules,
 )
 from drivers.mavlink.dialect import mavlink2
 from drivers.mavlink.transport import Endpoint
@@ -231,6 +232,8 @@ async def run_ingest(
         result.update({
             "vehicles": n, "duration_s": round(wall, 2), "event_loop": "uvloop" if args.uvloop else "asyncio",
             "sim_in_step": in_step_from_env(),
+            # The simulator's compiled modules (mavjet compile --sim): it shares the cores with the gateway.
+            "sim_modules_compiled": sim_compiled_modules(sim.pid),
             # How many of the hot modules ran compiled (mavjet compile): 0 is the interpreted gateway.
             "hot_modules_compiled": sum(compiled_modules().values()),
             "nats_gomaxprocs": server.go_max_procs,  # the Go runtime's threads for nats-server
@@ -336,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "hot path compiled by mypyc (mavjet compile), as a deployment that compiles it runs")
     p.add_argument("--ref-compiled", action="store_true", help="with --compare: the ref's side compiled too, by "
                    "its own mavjet compile (with --new-compiled: compiled code against compiled code)")
+    p.add_argument("--sim-compiled", action="store_true", help="with --compare: both sides' simulator with its "
+                   "tick path compiled (mavjet compile --sim), the same on both sides")
     p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K",
                    help="K busy processes load the machine while it runs (overload on a loaded machine)")
     return p
@@ -356,7 +361,8 @@ def ingest_main(argv: list[str]) -> int:
                 *(["--shaping"] if args.shaping else [])]  # a ref without a shaper refuses --shaping
         return compare(args.compare, "ingest", rest, rounds=args.rounds, out=args.json, cpu_hog=args.cpu_hog,
                        new_args=["--uvloop"] if args.new_uvloop and not args.uvloop else [],
-                       new_compiled=args.new_compiled, ref_compiled=args.ref_compiled)
+                       new_compiled=args.new_compiled, ref_compiled=args.ref_compiled,
+                       sim_compiled=args.sim_compiled)
     logs.configure("warning")
     backend_options = {"use_uvloop": True} if args.uvloop else {}
     # One vehicle more than the gateway serves: the ceiling's sample is recorded from it.

@@ -101,10 +101,15 @@ def start_sim(
     """`mavjet sim` as a separate process (its own core where there is one), returned once
     every vehicle listens: the sim prints `ready vehicles=N` after the last bind. At 1,000
     vehicles on a loaded machine that takes well over a minute, and a benchmark that
-    connects earlier is refused."""
+    connects earlier is refused.
+
+    It imports what this process imports: started with `-P` (a compiled copy on PYTHONPATH,
+    `mavjet compile --target DIR --sim`), the child is too, so the working directory's sources
+    do not come first. `sim_compiled_modules` then says how many of its modules run compiled."""
+    safe_path = ["-P"] if sys.flags.safe_path else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "sim", "--vehicles", str(vehicles), "--base-port", str(base_port),
-         "--speedup", str(speedup)],
+        [sys.executable, *safe_path, "-m", "gateway", "sim", "--vehicles", str(vehicles),
+         "--base-port", str(base_port), "--speedup", str(speedup)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     out = proc.stdout
@@ -118,6 +123,7 @@ def start_sim(
             if len(seen) < 50:
                 seen.append(line)
             if line.startswith(b"ready vehicles="):
+                _SIM_COMPILED[proc.pid] = compiled_from_ready(line.decode(errors="replace"))
                 ready.set()
 
     threading.Thread(target=drain, name="sim-stdout", daemon=True).start()
@@ -128,8 +134,27 @@ def start_sim(
             tail = b"".join(seen[-5:]).decode(errors="replace")
             raise SystemExit(f"mavjet bench: the simulator did not report ready ({ready_timeout_s:.0f} s):\n{tail}")
     step = "in step" if in_step_from_env() else "out of step"
-    print(f"sim ready: {vehicles} vehicles in {time.monotonic() - started:.1f} s ({step})", flush=True)
+    compiled = sim_compiled_modules(proc.pid)
+    how = f", {compiled} modules compiled" if compiled else ", interpreted"
+    print(f"sim ready: {vehicles} vehicles in {time.monotonic() - started:.1f} s ({step}{how})", flush=True)
     return proc
+
+
+_SIM_COMPILED: dict[int, int] = {}  # the simulator's pid: its compiled modules, from its ready line
+
+
+def compiled_from_ready(line: str) -> int:
+    """`ready vehicles=N compiled=K` -> K; 0 when the line names none (an interpreted simulator)."""
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+    try:
+        return int(fields.get("compiled", "0"))
+    except ValueError:
+        return 0
+
+
+def sim_compiled_modules(pid: int) -> int:
+    """How many modules of the simulator with this pid run compiled (started by `start_sim`; 0 if unknown)."""
+    return _SIM_COMPILED.get(pid, 0)
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from nats.aio.client import Client
 from benchmarks import cpuwait
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
-from benchmarks.kit import percentile
+from benchmarks.kit import percentile, sim_compiled_modules
 from benchmarks.scrape import OPENMETRICS, get_page_ms
 from benchmarks.workers import (
     _buckets,
@@ -281,6 +281,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
         out["gateway_cpu_pct"] = round(100 * cpu / wall, 1)
         out["sim_cpu_pct"] = round(100 * (_proc_cpu_s(sim_pid) - sim0) / wall, 1)
         out["sim_in_step"] = in_step_from_env()
+        out["sim_modules_compiled"] = sim_compiled_modules(sim_pid)
         out["nats_gomaxprocs"] = server.go_max_procs
         # Time each process was ready and had no core (benchmarks/cpuwait.py): each hop of a command may wait so.
         out.update(cpuwait.report(wait0, wait1))

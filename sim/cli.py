@@ -5,7 +5,9 @@
 
 Prints one line per vehicle once it listens (`vehicle sysid=1
 endpoint=tcp:127.0.0.1:5760`), then `ready vehicles=N`, so a parent process
-can wait for the last line. Runs until SIGTERM or SIGINT and exits 0.
+can wait for the last line; a simulator whose tick path is compiled
+(`mavjet compile --target DIR --sim`) says how many of its modules are:
+`ready vehicles=N compiled=K`. Runs until SIGTERM or SIGINT and exits 0.
 `--stats S` prints a JSON line of load figures to stderr every S seconds.
 """
 
@@ -18,6 +20,7 @@ import logging
 import signal
 import sys
 import time
+from importlib.machinery import EXTENSION_SUFFIXES
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
@@ -90,6 +93,13 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
 
 
+def compiled_modules() -> int:
+    """How many of the simulator's imported modules are C extensions (a compiled tick path)."""
+    suffixes = tuple(EXTENSION_SUFFIXES)
+    return sum(1 for name, mod in list(sys.modules.items())
+               if name.startswith("sim.") and str(getattr(mod, "__file__", "")).endswith(suffixes))
+
+
 async def run(config: SimConfig, *, stats_every_s: float = 0.0) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -99,7 +109,8 @@ async def run(config: SimConfig, *, stats_every_s: float = 0.0) -> int:
         async with SimFleet(config) as fleet:
             for v in fleet.vehicles:
                 print(f"vehicle sysid={v.sysid} endpoint={v.endpoint}")
-            print(f"ready vehicles={len(fleet.vehicles)}", flush=True)
+            compiled = compiled_modules()
+            print(f"ready vehicles={len(fleet.vehicles)}" + (f" compiled={compiled}" if compiled else ""), flush=True)
             if stats_every_s > 0:
                 await _report_until(fleet, stop, stats_every_s)
             else:

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cli import BENCHMARKS
-from benchmarks.compare import _COLOCATED, derived, sim_digest, summarise, unequal_work
+from benchmarks.compare import (
+    _COLOCATED,
+    compare,
+    derived,
+    install_sim,
+    sim_digest,
+    summarise,
+    unequal_work,
+)
+from benchmarks.kit import compiled_from_ready
 from gateway.ops.compile import HOT_MODULES
 from tests.support.compiled import cannot_compile
 
@@ -167,3 +176,32 @@ def test_ref_compiled_with_a_ref_older_than_mavjet_compile_says_so(tmp_path: Pat
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("mavjet bench compare: --ref-compiled: 5136316 could not compile itself"), line
     assert "round 1/1" not in proc.stdout and not out.exists()
+
+
+def test_the_ready_line_says_how_many_simulator_modules_run_compiled() -> None:
+    assert compiled_from_ready("ready vehicles=1000 compiled=7") == 7
+    assert compiled_from_ready("ready vehicles=1000") == 0  # an interpreted simulator names none
+    assert compiled_from_ready("ready vehicles=2 compiled=x") == 0
+
+
+def test_a_compiled_simulator_goes_into_the_refs_worktree_with_its_runtime(tmp_path: Path) -> None:
+    """The ref's benchmark starts its simulator from its worktree: the package and the runtime go there."""
+    built, tree = tmp_path / "sim-compiled", tmp_path / "ref"
+    (built / "sim").mkdir(parents=True)
+    (built / "sim" / "model.py").write_text("# source\n")
+    (built / "sim" / "model.cpython-311-x86_64-linux-gnu.so").write_bytes(b"ext")
+    (built / "abc__mypyc.cpython-311-x86_64-linux-gnu.so").write_bytes(b"runtime")
+    (built / "compile.log").write_text("log")
+    (tree / "sim").mkdir(parents=True)
+    (tree / "sim" / "stale.py").write_text("# the ref's own, replaced\n")
+    install_sim(built, tree)
+    assert sorted(p.name for p in (tree / "sim").iterdir()) == ["model.cpython-311-x86_64-linux-gnu.so", "model.py"]
+    assert (tree / "abc__mypyc.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"runtime"
+    assert not (tree / "compile.log").exists()
+
+
+def test_a_compiled_simulator_is_for_both_sides_only(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as caught:
+        compare("HEAD", "ingest", [], rounds=1, out=tmp_path / "x.json", ref_sim="own", sim_compiled=True)
+    assert "--sim-compiled" in str(caught.value) and "--ref-sim own" in str(caught.value)
+    assert not (tmp_path / "x.json").exists()

@@ -12,6 +12,13 @@ same code, interpreted.
     mavjet compile                # in place, in an installed (non-editable) mavjet
     mavjet compile --target DIR   # a compiled copy of the packages in DIR: PYTHONPATH=DIR mavjet ...
     mavjet compile --check        # which hot modules run compiled here; exit 1 if any does not
+    mavjet compile --target DIR --sim   # the simulator's tick path too, for load tests
+
+`--sim` also compiles the simulator's per-vehicle tick (`SIM_MODULES`): in
+a benchmark the simulator shares the machine with the gateway and took ~0.9
+of a core at 2,000 vehicles on a slow host; compiled it takes about a third
+less (docs/benchmarks.md). A deployment does not run the simulator, so it is
+not compiled unless asked for.
 
 It needs mypy (which ships mypyc), a C compiler and Python's headers, only
 while it builds. A source checkout is never compiled in place: a compiled
@@ -29,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -49,6 +57,18 @@ HOT_MODULES: tuple[str, ...] = (
     "gateway/vehicle.py",
     "gateway/statepub.py",
     "gateway/publisher.py",
+)
+# The simulator's per-vehicle tick (`mavjet compile --sim`): its physics, its stream schedule,
+# its telemetry and their framing, and the vehicle class that drives them (mypyc cannot let an
+# interpreted class inherit a compiled one, so sim/vehicle.py must go with sim/model.py).
+SIM_MODULES: tuple[str, ...] = (
+    "sim/model.py",
+    "sim/flight.py",
+    "sim/control.py",
+    "sim/telemetry.py",
+    "sim/encoder.py",
+    "sim/streams.py",
+    "sim/vehicle.py",
 )
 # What a compiled copy (--target) holds: every package the `mavjet` commands import.
 PACKAGES: tuple[str, ...] = ("gateway", "drivers", "sim", "analytics", "benchmarks")
@@ -151,15 +171,19 @@ def copy_packages(src_root: Path, target: Path) -> None:
             shutil.copytree(src_root / name, target / name, ignore=ignore, dirs_exist_ok=True)
 
 
-def build(root: Path, *, log: Path | None = None) -> list[Path]:
-    """Compile HOT_MODULES in place under `root` (a directory holding the packages); the extensions built."""
+def build(root: Path, *, log: Path | None = None, modules: tuple[str, ...] = HOT_MODULES) -> list[Path]:
+    """Compile `modules` in place under `root` (a directory holding the packages); the extensions built.
+
+    Each call is one mypyc group with its own shared runtime (`<hash>__mypyc`), so the simulator's
+    group can be built, and copied elsewhere, apart from the gateway's."""
     if importlib.util.find_spec("mypyc") is None:
         raise CompileError("mypyc is not installed: pip install mypy (it ships mypyc), then run this again")
-    missing = [p for p in HOT_MODULES if not (root / p).is_file()]
+    missing = [p for p in modules if not (root / p).is_file()]
     if missing:
         raise CompileError(f"{root} does not hold {', '.join(missing)}")
     with tempfile.TemporaryDirectory(prefix="mavjet-compile-") as tmp:
-        cmd = [sys.executable, "-c", _BUILD, tmp, *_MYPY_FLAGS, *HOT_MODULES]
+        started = time.time()
+        cmd = [sys.executable, "-c", _BUILD, tmp, *_MYPY_FLAGS, *modules]
         # A clean environment for the compiler's child: MYPYPATH or a stray PYTHONPATH would
         # type the modules against other sources than the ones being built.
         env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
@@ -176,8 +200,9 @@ def build(root: Path, *, log: Path | None = None) -> list[Path]:
         lines = output.splitlines()
         errors = [ln for ln in lines if ": error" in ln or ln.startswith(("error", "Error"))] or lines
         raise CompileError(f"the build failed: {errors[-1] if errors else f'exit {proc.returncode}'}")
-    built = [ext for suffix in EXTENSION_SUFFIXES for ext in root.glob(f"*__mypyc{suffix}")]  # mypyc's runtime
-    for path in HOT_MODULES:
+    # This group's mypyc runtime: the one this build wrote (the other group's, if built, is older).
+    built = [ext for ext in _runtimes(root) if ext.stat().st_mtime >= started]
+    for path in modules:
         ext = _extensions(root / path)
         if not ext:
             raise CompileError(f"the build made no extension for {module_name(path)}")
@@ -185,11 +210,19 @@ def build(root: Path, *, log: Path | None = None) -> list[Path]:
     return sorted(built)
 
 
-def compile_copy(src_root: Path, target: Path, *, log: Path | None = None) -> list[Path]:
-    """A compiled copy of the packages under `src_root` in `target` (created, or refreshed)."""
+def _runtimes(root: Path) -> list[Path]:
+    return [ext for suffix in EXTENSION_SUFFIXES for ext in root.glob(f"*__mypyc{suffix}")]
+
+
+def compile_copy(src_root: Path, target: Path, *, log: Path | None = None, sim: bool = False) -> list[Path]:
+    """A compiled copy of the packages under `src_root` in `target` (created, or refreshed);
+    with `sim`, the simulator's tick path compiled too."""
     target.mkdir(parents=True, exist_ok=True)
     copy_packages(src_root, target)
-    return build(target, log=log)
+    built = build(target, log=log)
+    if sim:
+        built += build(target, log=None if log is None else log.with_suffix(".sim.log"), modules=SIM_MODULES)
+    return sorted(built)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="print which hot modules run compiled here; exit 0 if all do, 1 if any runs interpreted or stale")
     p.add_argument("--log", type=Path, metavar="FILE", help="write the compiler's whole output here")
+    p.add_argument("--sim", action="store_true",
+                   help="also compile the simulator's per-vehicle tick (sim/), for load tests and benchmarks where "
+                        "it shares the machine with the gateway; a deployment does not run it")
     return p
 
 
@@ -223,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
             raise CompileError(f"{root} is a source checkout: compiled modules would shadow your edits; "
                                "use --target DIR (or install mavjet without -e)")
         built = build(root, log=args.log)
+        if args.sim:
+            built += build(root, modules=SIM_MODULES)
         where = str(root)
         if not record_in_install(root, built):
             print("note: no wheel RECORD found: remove the extensions (*.so beside the hot modules) "
@@ -230,9 +268,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.target.resolve() == root:
             raise CompileError("--target is where mavjet is imported from; leave --target out to compile in place")
-        built = compile_copy(root, args.target, log=args.log)
+        built = compile_copy(root, args.target, log=args.log, sim=args.sim)
         where = str(args.target)
-    print(f"compiled {len(HOT_MODULES)} modules ({len(built)} extensions) in {where}")
+    modules = len(HOT_MODULES) + (len(SIM_MODULES) if args.sim else 0)
+    print(f"compiled {modules} modules ({len(built)} extensions) in {where}")
     if args.target is not None:
         print(f"run it with: PYTHONPATH={args.target} mavjet ...")
     return 0

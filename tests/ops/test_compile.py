@@ -37,6 +37,11 @@ HOT_TESTS = (
     "tests/gateway/test_direct_delivery.py",
     "tests/gateway/test_telemetry_twin.py",  # a gateway with its twins, a simulator and a nats-server
     "tests/commands/test_safety.py",  # commands end to end: deadlines, one result each, through the publisher
+    # The simulator's tick path (mavjet compile --sim): its units, its streams and its fidelity to
+    # the recorded ArduCopter; the tests above drive the compiled simulator too.
+    "tests/sim/test_units.py",
+    "tests/sim/test_telemetry.py",
+    "tests/sim/test_fidelity.py",
 )
 
 
@@ -46,7 +51,7 @@ def _mavjet(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 
 def test_hot_modules_exist_and_are_named_as_modules() -> None:
-    for path in mjc.HOT_MODULES:
+    for path in (*mjc.HOT_MODULES, *mjc.SIM_MODULES):
         assert (ROOT / path).is_file(), path
     assert mjc.module_name("gateway/samples.py") == "gateway.samples"
     for test in HOT_TESTS:
@@ -115,9 +120,29 @@ def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if why is not None:
         pytest.skip(f"cannot build C extensions here: {why}")
     target = tmp_path_factory.mktemp("compiled")
-    built = mjc.compile_copy(ROOT, target, log=target / "compile.log")
-    assert len(built) > len(mjc.HOT_MODULES)  # one extension a module, and mypyc's shared runtime
+    built = mjc.compile_copy(ROOT, target, log=target / "compile.log", sim=True)
+    # One extension a module, and a shared mypyc runtime for each of the two groups.
+    runtimes = [p for p in built if "__mypyc" in p.name]
+    assert len(runtimes) == 2 and len(built) == len(mjc.HOT_MODULES) + len(mjc.SIM_MODULES) + 2, built
     return target
+
+
+@pytest.mark.timeout(120)
+def test_the_compiled_simulator_says_so_when_ready(compiled_copy: Path, tmp_path: Path) -> None:
+    """`ready vehicles=N compiled=K`: a benchmark reports whether its simulator ran compiled."""
+    from benchmarks.kit import compiled_from_ready
+
+    env = {**os.environ, "PYTHONPATH": str(compiled_copy)}
+    with subprocess.Popen([sys.executable, "-P", "-m", "gateway", "sim", "--vehicles", "1", "--base-port", "0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env) as proc:
+        assert proc.stdout is not None
+        try:
+            lines = [proc.stdout.readline().strip() for _ in range(2)]  # bounded: the vehicle, then ready
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert lines[-1] == f"ready vehicles=1 compiled={len(mjc.SIM_MODULES)}", lines
+    assert compiled_from_ready(lines[-1]) == len(mjc.SIM_MODULES)
 
 
 @pytest.mark.timeout(600)

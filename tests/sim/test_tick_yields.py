@@ -14,6 +14,7 @@ import sim.telemetry
 from sim.fleet import SimConfig, SimFleet
 from sim.model import VehicleModel
 from sim.vehicle import SimVehicle
+from tests.support.compiled import interpreted_only
 
 
 async def test_a_tick_of_many_vehicles_lets_other_work_run_between_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,6 +110,7 @@ def test_heartbeat_phases_spread_a_fleet_over_the_second_unless_in_step() -> Non
     assert {sim.fleet.heartbeat_phase_s(i, in_step=True) for i in range(1000)} == {0.0}
 
 
+@interpreted_only("sim.telemetry")  # patches telemetry.emit, which compiled code calls directly
 async def test_out_of_step_vehicles_heartbeat_at_their_own_instants_of_the_second(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each vehicle's first HEARTBEAT comes at its phase, and the next ones a period apart from it."""
