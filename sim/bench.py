@@ -120,7 +120,10 @@ def _cpu_s(pid: int) -> float:
 
 
 async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float, warmup_s: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "sim.cli", "--vehicles", str(vehicles), "--base-port", "0", "--stats", "1"]
+    # -P passed on: run from a compiled copy (`PYTHONPATH=DIR python -P ...`, mavjet compile --sim), the
+    # simulator measured must be that copy's, not the sources of whatever directory this runs in.
+    safe_path = ["-P"] if sys.flags.safe_path else []
+    cmd = [sys.executable, *safe_path, "-m", "sim.cli", "--vehicles", str(vehicles), "--base-port", "0", "--stats", "1"]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     stats: list[dict[str, Any]] = []
@@ -142,11 +145,15 @@ async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float
         os.sched_setaffinity(0, {cpu_a})
         pinned = True
     endpoints: list[tuple[int, str, int]] = []
+    compiled = 0
     try:
         async with asyncio.timeout(120):
             while True:
                 line = (await proc.stdout.readline()).decode()
                 if not line or line.startswith("ready"):
+                    # `ready vehicles=N compiled=K` from a simulator whose tick path is compiled (sim/cli.py)
+                    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+                    compiled = int(fields.get("compiled", "0")) if fields.get("compiled", "0").isdigit() else 0
                     break
                 if not line.startswith("vehicle "):
                     continue
@@ -190,6 +197,7 @@ async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float
             "crc_errors": bad,
             "checked_frames": sum(c.frames for c in counters),
             "sim_cpu_pct": round(100.0 * (c1 - c0) / (t1 - t0), 1),
+            "sim_modules_compiled": compiled,
             "tick_overruns": last["overruns"],
             "sustained": written >= 0.95 * expected and received_bytes >= 0.95 * written_bytes and bad == 0,
             "pinned": pinned,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway.ops import compile as mjc
+from tests.sim.test_sim_bench import sim_bench
 from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +144,9 @@ def test_the_compiled_simulator_says_so_when_ready(compiled_copy: Path, tmp_path
             proc.wait(timeout=30)
     assert lines[-1] == f"ready vehicles=1 compiled={len(mjc.SIM_MODULES)}", lines
     assert compiled_from_ready(lines[-1]) == len(mjc.SIM_MODULES)
+    # `mavjet sim bench` run from the compiled copy measures that copy's simulator (it passes -P on).
+    measured = sim_bench(tmp_path, sys.executable, "-P", env=env)
+    assert measured["sim_modules_compiled"] == len(mjc.SIM_MODULES) and measured["crc_errors"] == 0
 
 
 @pytest.mark.timeout(600)
