@@ -8,6 +8,7 @@ compiler or Python's headers skips them and says why.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from gateway.ops import compile as mjc
-from tests.sim.test_sim_bench import sim_bench
 from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +145,11 @@ def test_the_compiled_simulator_says_so_when_ready(compiled_copy: Path, tmp_path
     assert lines[-1] == f"ready vehicles=1 compiled={len(mjc.SIM_MODULES)}", lines
     assert compiled_from_ready(lines[-1]) == len(mjc.SIM_MODULES)
     # `mavjet sim bench` run from the compiled copy measures that copy's simulator (it passes -P on).
-    measured = sim_bench(tmp_path, sys.executable, "-P", env=env)
+    bench = subprocess.run([sys.executable, "-P", "-m", "gateway", "sim", "bench", "-n", "2", "--duration", "1",
+                            "--warmup", "0.5"], capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
+                           check=False)
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    measured = json.loads(bench.stdout.strip().splitlines()[-1])
     assert measured["sim_modules_compiled"] == len(mjc.SIM_MODULES) and measured["crc_errors"] == 0
 
 

@@ -114,5 +114,6 @@ async def test_bench_measures_a_small_fleet() -> None:
     assert result["crc_errors"] == 0 and result["checked_frames"] > 100
     assert 0.8 <= result["ratio"] <= 1.2
     assert 0.8 <= result["delivered_bytes_ratio"] <= 1.2
+    assert result["sim_modules_compiled"] == 0  # the checkout's sources (tests/ops/test_compile.py: compiled)
     if cpus is not None:
         assert os.sched_getaffinity(0) == cpus  # the caller's CPU affinity is restored
