@@ -30,9 +30,9 @@ working tree itself is never compiled in place.
 compiled (`mavjet compile --sim`): it shares the two cores with the gateway
 and nats-server, and compiled it leaves the gateways more of them, the
 same on both sides. The working tree's `sim/` is built once into a
-directory of its own; the ref's worktree gets that package and its mypyc
-runtime (the ref's benchmark starts its simulator from its worktree), and
-the working tree's side puts the directory first on its `PYTHONPATH`. Each
+directory of its own, which goes first on both sides' `PYTHONPATH`; the
+ref's worktree also gets that package and its mypyc runtime, for a ref
+whose benchmark starts its simulator from its working directory. Each
 side's JSON from a build with `sim_modules_compiled` confirms it.
 """
 
@@ -258,6 +258,10 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                 report = tmp / f"{side}-{i}.json"
                 if side == "ref":
                     env = {**base_env, "PYTHONPATH": str(ref_compiled or tree)}
+                    if sim_dir is not None:
+                        # A ref that passes -P on to its simulator imports it from PYTHONPATH; one that
+                        # does not, from its worktree (its working directory), where install_sim put it.
+                        env["PYTHONPATH"] = os.pathsep.join((str(sim_dir), env["PYTHONPATH"]))
                     # -P: the compiled copy, not the worktree's sources (the working directory), first.
                     py = [sys.executable] if ref_compiled is None else [sys.executable, "-P"]
                     cmd = [*py, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]

@@ -21,7 +21,7 @@ from benchmarks.compare import (
     unequal_work,
 )
 from benchmarks.kit import compiled_from_ready
-from gateway.ops.compile import HOT_MODULES
+from gateway.ops.compile import HOT_MODULES, SIM_MODULES
 from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,18 +143,23 @@ def _hogs_left() -> list[str]:
 def test_ref_compiled_runs_the_refs_side_from_its_own_compiled_copy(tmp_path: Path) -> None:
     # The ref's side compiled by the ref's own `mavjet compile`, the working tree's left
     # interpreted: each side runs what it was given, and the ref's worktree is not compiled in place.
+    # --sim-compiled: both sides' simulator compiled, the ref's from its worktree, the new one's from
+    # the front of its PYTHONPATH; each report says so.
     out = tmp_path / "cmp.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "ingest", "--compare", "HEAD", "--ref-compiled", "--rounds", "1",
-         "--json", str(out), "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
+        [sys.executable, "-m", "gateway", "bench", "ingest", "--compare", "HEAD", "--ref-compiled", "--sim-compiled",
+         "--rounds", "1", "--json", str(out), "--vehicles", "2", "--duration", "1", "--warmup", "0.5",
+         "--baseline-seconds", "0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
-    assert (data["ref_compiled"], data["new_compiled"]) == (True, False)
+    assert (data["ref_compiled"], data["new_compiled"], data["sim_compiled"]) == (True, False, True)
     ref, new = data["ref_runs"][0], data["new_runs"][0]
     assert ref["hot_modules_compiled"] > 0 and new["hot_modules_compiled"] == 0, (ref, new)
+    assert ref["sim_modules_compiled"] == new["sim_modules_compiled"] == len(SIM_MODULES), (ref, new)
     assert "compiled" in proc.stdout.split("round 1/1")[1].splitlines()[1]  # the ref's run line says so
+    assert not list((ROOT / "sim").glob("*.so")) and not list(ROOT.glob("*__mypyc*"))  # never the checkout
 
 
 def _has_commit(ref: str) -> bool:

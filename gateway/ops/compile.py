@@ -172,41 +172,61 @@ def copy_packages(src_root: Path, target: Path) -> None:
 
 
 def build(root: Path, *, log: Path | None = None, modules: tuple[str, ...] = HOT_MODULES) -> list[Path]:
-    """Compile `modules` in place under `root` (a directory holding the packages); the extensions built.
+    """Compile `modules` in place under `root` (a directory holding the packages); the extensions built."""
+    return build_groups(root, [(modules, log)])
 
-    Each call is one mypyc group with its own shared runtime (`<hash>__mypyc`), so the simulator's
-    group can be built, and copied elsewhere, apart from the gateway's."""
+
+def build_groups(root: Path, groups: list[tuple[tuple[str, ...], Path | None]]) -> list[Path]:
+    """Compile each group of modules (with its log file) in place under `root`, the groups at once.
+
+    Each group is one mypyc build with its own shared runtime (`<hash>__mypyc`), so the
+    simulator's group can be built, and copied elsewhere, apart from the gateway's; run side by
+    side they take the time of the longer one on a machine with two cores."""
     if importlib.util.find_spec("mypyc") is None:
         raise CompileError("mypyc is not installed: pip install mypy (it ships mypyc), then run this again")
-    missing = [p for p in modules if not (root / p).is_file()]
+    missing = [p for modules, _ in groups for p in modules if not (root / p).is_file()]
     if missing:
         raise CompileError(f"{root} does not hold {', '.join(missing)}")
+    # A clean environment for the compiler's children: MYPYPATH or a stray PYTHONPATH would
+    # type the modules against other sources than the ones being built.
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="mavjet-compile-") as tmp:
-        started = time.time()
-        cmd = [sys.executable, "-c", _BUILD, tmp, *_MYPY_FLAGS, *modules]
-        # A clean environment for the compiler's child: MYPYPATH or a stray PYTHONPATH would
-        # type the modules against other sources than the ones being built.
-        env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+        procs: list[subprocess.Popen[bytes]] = []
+        logs = [Path(tmp) / f"{i}.out" for i in range(len(groups))]
         try:
-            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False,
-                                  timeout=BUILD_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            raise CompileError(f"the build took longer than {BUILD_TIMEOUT_S:.0f} s") from exc
-    output = proc.stdout + proc.stderr
-    if log is not None:
-        log.write_text(output)
-    if proc.returncode != 0:
-        # mypy's "file:line: error: ...", or the compiler's; not the command lines (they carry -Werror).
-        lines = output.splitlines()
-        errors = [ln for ln in lines if ": error" in ln or ln.startswith(("error", "Error"))] or lines
-        raise CompileError(f"the build failed: {errors[-1] if errors else f'exit {proc.returncode}'}")
-    # This group's mypyc runtime: the one this build wrote (the other group's, if built, is older).
+            for i, (modules, _) in enumerate(groups):
+                cmd = [sys.executable, "-c", _BUILD, f"{tmp}/{i}", *_MYPY_FLAGS, *modules]
+                with logs[i].open("wb") as out:  # a file, not a pipe: a group's output never blocks it
+                    procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT))
+            deadline = time.monotonic() + BUILD_TIMEOUT_S
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired as exc:
+                    raise CompileError(f"the build took longer than {BUILD_TIMEOUT_S:.0f} s") from exc
+        finally:
+            for proc in procs:  # one group timed out: the others do not outlive the call
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        outputs = [f.read_text(errors="replace") for f in logs]
+    for (_, log), proc, output in zip(groups, procs, outputs, strict=True):
+        if log is not None:
+            log.write_text(output)
+        if proc.returncode != 0:
+            # mypy's "file:line: error: ...", or the compiler's; not the command lines (they carry -Werror).
+            lines = output.splitlines()
+            errors = [ln for ln in lines if ": error" in ln or ln.startswith(("error", "Error"))] or lines
+            raise CompileError(f"the build failed: {errors[-1] if errors else f'exit {proc.returncode}'}")
+    # The groups' mypyc runtimes: the ones these builds wrote (a runtime from an earlier build is older).
     built = [ext for ext in _runtimes(root) if ext.stat().st_mtime >= started]
-    for path in modules:
-        ext = _extensions(root / path)
-        if not ext:
-            raise CompileError(f"the build made no extension for {module_name(path)}")
-        built += ext
+    for modules, _ in groups:
+        for path in modules:
+            ext = _extensions(root / path)
+            if not ext:
+                raise CompileError(f"the build made no extension for {module_name(path)}")
+            built += ext
     return sorted(built)
 
 
@@ -216,13 +236,13 @@ def _runtimes(root: Path) -> list[Path]:
 
 def compile_copy(src_root: Path, target: Path, *, log: Path | None = None, sim: bool = False) -> list[Path]:
     """A compiled copy of the packages under `src_root` in `target` (created, or refreshed);
-    with `sim`, the simulator's tick path compiled too."""
+    with `sim`, the simulator's tick path compiled too (beside the gateway's, at once)."""
     target.mkdir(parents=True, exist_ok=True)
     copy_packages(src_root, target)
-    built = build(target, log=log)
+    groups: list[tuple[tuple[str, ...], Path | None]] = [(HOT_MODULES, log)]
     if sim:
-        built += build(target, log=None if log is None else log.with_suffix(".sim.log"), modules=SIM_MODULES)
-    return sorted(built)
+        groups.append((SIM_MODULES, None if log is None else log.with_suffix(".sim.log")))
+    return build_groups(target, groups)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,9 +278,10 @@ def run(args: argparse.Namespace) -> int:
         if is_source_checkout(root):
             raise CompileError(f"{root} is a source checkout: compiled modules would shadow your edits; "
                                "use --target DIR (or install mavjet without -e)")
-        built = build(root, log=args.log)
+        groups: list[tuple[tuple[str, ...], Path | None]] = [(HOT_MODULES, args.log)]
         if args.sim:
-            built += build(root, modules=SIM_MODULES)
+            groups.append((SIM_MODULES, None))
+        built = build_groups(root, groups)
         where = str(root)
         if not record_in_install(root, built):
             print("note: no wheel RECORD found: remove the extensions (*.so beside the hot modules) "
