@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile the gateway's per-message hot path with mypyc (needs mypy, a C compiler and "
                     "Python's headers while it builds). Without it mavjet runs the same code, interpreted.",
         epilog="examples:\n  mavjet compile --check\n  mavjet compile                    (an installed mavjet)\n"
-               "  mavjet compile --target /opt/mavjet-compiled && PYTHONPATH=/opt/mavjet-compiled mavjet gateway ...",
+               "  mavjet compile --target /opt/mavjet-compiled && PYTHONPATH=/opt/mavjet-compiled mavjet gateway ...\n"
+               "  mavjet compile --target DIR --sim  (load tests: PYTHONPATH=DIR python -P -m gateway bench ...)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", type=Path, metavar="DIR",
