@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.ops.demo import pick_base_port
 from gateway.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer
+from sim.cli import compiled_from_ready
 from sim.stepmode import in_step_from_env
 
 
@@ -141,15 +142,6 @@ def start_sim(
 
 
 _SIM_COMPILED: dict[int, int] = {}  # the simulator's pid: its compiled modules, from its ready line
-
-
-def compiled_from_ready(line: str) -> int:
-    """`ready vehicles=N compiled=K` -> K; 0 when the line names none (an interpreted simulator)."""
-    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-    try:
-        return int(fields.get("compiled", "0"))
-    except ValueError:
-        return 0
 
 
 def sim_compiled_modules(pid: int) -> int:

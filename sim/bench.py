@@ -34,6 +34,8 @@ from typing import Any
 from fastcrc.crc16 import mcrf4xx as _crc
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
+from sim.cli import compiled_from_ready
+
 FAST = (mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT, mavlink2.MAVLINK_MSG_ID_ATTITUDE)
 SLOW = (
     mavlink2.MAVLINK_MSG_ID_SYS_STATUS,
@@ -151,9 +153,7 @@ async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float
             while True:
                 line = (await proc.stdout.readline()).decode()
                 if not line or line.startswith("ready"):
-                    # `ready vehicles=N compiled=K` from a simulator whose tick path is compiled (sim/cli.py)
-                    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-                    compiled = int(fields.get("compiled", "0")) if fields.get("compiled", "0").isdigit() else 0
+                    compiled = compiled_from_ready(line)  # a simulator whose tick path is compiled says so
                     break
                 if not line.startswith("vehicle "):
                     continue

@@ -100,6 +100,15 @@ def compiled_modules() -> int:
                if name.startswith("sim.") and str(getattr(mod, "__file__", "")).endswith(suffixes))
 
 
+def compiled_from_ready(line: str) -> int:
+    """`ready vehicles=N compiled=K` (the line `run` prints) -> K; 0 when it names none (interpreted)."""
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+    try:
+        return int(fields.get("compiled", "0"))
+    except ValueError:
+        return 0
+
+
 async def run(config: SimConfig, *, stats_every_s: float = 0.0) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

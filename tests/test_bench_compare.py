@@ -20,8 +20,8 @@ from benchmarks.compare import (
     summarise,
     unequal_work,
 )
-from benchmarks.kit import compiled_from_ready
 from gateway.ops.compile import HOT_MODULES, SIM_MODULES
+from sim.cli import compiled_from_ready
 from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -131,7 +131,7 @@ def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(120)
 def test_the_compiled_simulator_says_so_when_ready(compiled_copy: Path, tmp_path: Path) -> None:
     """`ready vehicles=N compiled=K`: a benchmark reports whether its simulator ran compiled."""
-    from benchmarks.kit import compiled_from_ready
+    from sim.cli import compiled_from_ready
 
     env = {**os.environ, "PYTHONPATH": str(compiled_copy)}
     with subprocess.Popen([sys.executable, "-P", "-m", "gateway", "sim", "--vehicles", "1", "--base-port", "0"],
