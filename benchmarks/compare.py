@@ -46,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -176,15 +177,57 @@ def install_sim(sim_dir: Path, tree: Path) -> None:
             shutil.copy2(runtime, tree / runtime.name)
 
 
+# Imported at the start of every Python process whose PYTHONPATH starts at a ref's tree (site.py
+# runs it after the .pth files): it takes out the editable install's finder, which would answer
+# for any module the ref lacks with the working tree's module of that name.
+_ISOLATE_SITECUSTOMIZE = """\
+\"\"\"Written by `mavjet bench compare` into a ref's tree: the ref's processes import only the ref's code.\"\"\"
+import sys
+
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable___mavjet")]
+"""
+
+
+def isolate_tree(tree: Path, *, pyproject: Path | None = None) -> None:
+    """Make a ref's tree (or a compiled copy of it) run only its own code when it goes first on PYTHONPATH.
+
+    The venv holds the working tree as an editable install: its metadata
+    names the working tree's entry points (a ref's dispatcher loads its
+    commands from those), and its import finder supplies any module the
+    ref does not have. A ref whose `gateway` command was `gateway.daemon:main`
+    then started the working tree's `gateway/entry.py` over its own
+    packages and failed on an import. Here the tree gets the ref's own
+    entry points, from its pyproject.toml (`pyproject`, for a compiled copy
+    that has none), as a distribution that shadows the installed one, and a
+    sitecustomize that takes the finder out.
+    """
+    source = pyproject or tree / "pyproject.toml"
+    try:
+        project = tomllib.loads(source.read_text()).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SystemExit(f"mavjet bench compare: {source}: {e}") from e
+    name, version = str(project.get("name", "mavjet")), str(project.get("version", "0"))
+    groups: dict[str, dict[str, str]] = {"console_scripts": dict(project.get("scripts", {}))}
+    groups.update({g: dict(eps) for g, eps in project.get("entry-points", {}).items()})
+    info = tree / f"{name}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for group, eps in groups.items() if eps))
+    (tree / "sitecustomize.py").write_text(_ISOLATE_SITECUSTOMIZE)
+
+
 @contextmanager
 def ref_worktree(ref: str) -> Iterator[tuple[Path, Path, str]]:
     """(repository root, a temporary worktree of `ref`, its short sha); the worktree and its
-    temporary directory (the rounds' reports, read by then) are removed after."""
+    temporary directory (the rounds' reports, read by then) are removed after. The worktree
+    runs only its own code (`isolate_tree`)."""
     root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
     sha = _git("rev-parse", "--short", f"{ref}^{{commit}}", cwd=root)
     tree = Path(tempfile.mkdtemp(prefix="mavjet-compare-")) / "ref"
     _git("worktree", "add", "--detach", str(tree), sha, cwd=root)
     try:
+        isolate_tree(tree)
         yield root, tree, sha
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True, check=False)
@@ -241,6 +284,7 @@ def compile_ref(ref: str, tree: Path) -> Path:
         raise SystemExit(f"mavjet bench compare: --ref-compiled: {ref} could not compile itself "
                          f"(it needs `mavjet compile`): {why}")
     print(f"compiled: {proc.stdout.strip().splitlines()[0]}", flush=True)
+    isolate_tree(target, pyproject=tree / "pyproject.toml")
     return target
 
 

@@ -81,7 +81,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: 
         while True:  # bounded by timeout_s below
             await asyncio.sleep(1.0)
             if proc.returncode is not None:
-                raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}")
+                raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}: {_log_tail(log_path)}")
             up = await links_up(port)
             consumers = (await js.stream_info(CMD_STREAM)).state.consumer_count
             if up >= n and consumers >= n:
@@ -161,6 +161,15 @@ async def scrape_every(port: int, every_s: float, seconds: float) -> dict[str, A
         await asyncio.sleep(max(0.0, every_s - (time.monotonic() - t0)))
     return {"count": len(times), "every_s": every_s, "p50_ms": percentile(times, 0.5),
             "max_ms": round(max(times), 3) if times else None}
+
+
+def _log_tail(path: Path, lines: int = 3) -> str:
+    """The last lines the gateway wrote (its one-line error when it failed at start), for a message."""
+    try:
+        tail = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()][-lines:]
+    except OSError as e:
+        return f"(its log {path} could not be read: {e})"
+    return " | ".join(tail) if tail else "(it wrote nothing)"
 
 
 def _log_events(path: Path) -> dict[str, int]:

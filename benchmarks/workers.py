@@ -73,8 +73,19 @@ def _quantile_ms(b0: dict[float, float], b1: dict[float, float], q: float) -> fl
 
 
 async def stop_gateway(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM (the gateway drains and closes), SIGKILL after 60 s."""
-    proc.send_signal(signal.SIGTERM)
+    """SIGTERM (the gateway drains and closes), SIGKILL after 60 s; nothing for one that already exited.
+
+    A gateway that failed at start has exited before the caller's `finally`
+    gets here: signalling it would raise ProcessLookupError over the error
+    that says why it failed.
+    """
+    if proc.returncode is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+    except ProcessLookupError:  # it exited between the check and the signal
+        await proc.wait()
+        return
     try:
         async with asyncio.timeout(60):
             await proc.wait()

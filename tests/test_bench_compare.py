@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from benchmarks.compare import (
     compare,
     derived,
     install_sim,
+    isolate_tree,
     sim_digest,
     summarise,
     unequal_work,
@@ -210,3 +212,59 @@ def test_a_compiled_simulator_is_for_both_sides_only(tmp_path: Path) -> None:
         compare("HEAD", "ingest", [], rounds=1, out=tmp_path / "x.json", ref_sim="own", sim_compiled=True)
     assert "--sim-compiled" in str(caught.value) and "--ref-sim own" in str(caught.value)
     assert not (tmp_path / "x.json").exists()
+
+
+_PROBE = """\
+import importlib.metadata, json
+import gateway
+try:
+    import gateway.clock  # the working tree has it (importing only the standard library); the tree below does not
+    entry = "imported " + gateway.clock.__file__
+except ModuleNotFoundError:
+    entry = "missing"
+print(json.dumps({"gateway": gateway.__file__, "entry": entry,
+                  "commands": sorted(ep.name for ep in importlib.metadata.entry_points(group="mavjet.commands"))}))
+"""
+
+
+def _probe(tree: Path) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, timeout=60, check=True)
+    out: dict[str, object] = json.loads(proc.stdout)
+    return out
+
+
+@pytest.mark.skipif(not any(getattr(f, "__module__", "").startswith("__editable___mavjet") for f in sys.meta_path),
+                    reason="mavjet is not installed editable here (the case isolate_tree guards against)")
+def test_an_isolated_ref_tree_runs_only_its_own_code(tmp_path: Path) -> None:
+    """A ref's processes must not pick up the working tree's modules or its entry points.
+
+    5136316's `gateway` command is `gateway.daemon:main`; through the editable
+    install's metadata it ran the working tree's `gateway/entry.py` over its
+    own packages and exited on an ImportError (`bench mixed --gateway-ref`).
+    """
+    tree = tmp_path / "ref"
+    (tree / "gateway").mkdir(parents=True)
+    (tree / "gateway" / "__init__.py").write_text("")
+    (tree / "pyproject.toml").write_text(
+        '[project]\nname = "mavjet"\nversion = "0.0.1"\n[project.scripts]\nmavjet = "gateway.cli:main"\n'
+        '[project.entry-points."mavjet.commands"]\nprobe = "gateway.probe:main"\n')
+    before = _probe(tree)
+    # Without isolation: the ref's own package, but a module it lacks comes from the working tree,
+    # and so do the commands.
+    assert before["gateway"] == str(tree / "gateway" / "__init__.py")
+    assert str(before["entry"]).startswith("imported " + str(ROOT)), before
+    assert "gateway" in before["commands"] and "probe" not in before["commands"]  # type: ignore[operator]
+    isolate_tree(tree)
+    after = _probe(tree)
+    assert after == {"gateway": str(tree / "gateway" / "__init__.py"), "entry": "missing", "commands": ["probe"]}
+    # A compiled copy of the ref has no pyproject of its own: it takes the ref's.
+    copy = tmp_path / "ref-compiled"
+    shutil.copytree(tree / "gateway", copy / "gateway")
+    isolate_tree(copy, pyproject=tree / "pyproject.toml")
+    assert _probe(copy)["commands"] == ["probe"]
+
+
+def test_isolating_a_tree_without_its_pyproject_says_so(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"mavjet bench compare: .*pyproject\.toml"):
+        isolate_tree(tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -15,6 +16,8 @@ import pytest
 
 from benchmarks.commands import open_loop
 from benchmarks.kit import cpu_hogs, percentile, percentile_ci
+from benchmarks.mixedproc import _log_tail
+from benchmarks.workers import stop_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -175,3 +178,23 @@ def test_a_run_whose_tail_moved_shows_it_in_the_interval() -> None:
     assert percentile(calm, 0.99) == percentile(spiky, 0.99) == 40.0
     assert percentile_ci(calm, 0.99) == (40.0, 40.0)
     assert percentile_ci(spiky, 0.99) == (40.0, 200.0)
+
+
+async def test_stopping_a_gateway_that_already_exited_keeps_its_error(tmp_path: Path) -> None:
+    """A gateway that failed at start is gone before the benchmark's cleanup: no ProcessLookupError over
+    the reason, which the benchmark's message carries from the gateway's log."""
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as f:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; print('ImportError: no module named gateway.recorder', file=sys.stderr);"
+            " sys.exit(1)", stdout=subprocess.DEVNULL, stderr=f)
+    assert await proc.wait() == 1
+    await stop_gateway(proc)  # raised ProcessLookupError before
+    assert proc.returncode == 1
+    assert _log_tail(log) == "ImportError: no module named gateway.recorder"
+    assert _log_tail(tmp_path / "empty.log").startswith("(its log ")
+    (tmp_path / "blank.log").write_text("\n\n")
+    assert _log_tail(tmp_path / "blank.log") == "(it wrote nothing)"
+    many = tmp_path / "many.log"
+    many.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert _log_tail(many) == "line 7 | line 8 | line 9"
