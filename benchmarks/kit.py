@@ -96,6 +96,13 @@ def percentile_ci(values: Sequence[float], q: float, *, level: float = 0.95,
     return round(s[max(lows) - 1], digits), round(s[min(highs) - 1], digits)
 
 
+def this_python() -> list[str]:
+    """The interpreter for a benchmark's child process, importing as this one does: with `-P` when
+    this one runs with it (a compiled copy on PYTHONPATH), so the working directory's sources do
+    not come first in the child either."""
+    return [sys.executable, "-P"] if sys.flags.safe_path else [sys.executable]
+
+
 def start_sim(
     vehicles: int, base_port: int, *, speedup: float = 1.0, ready_timeout_s: float = 300.0
 ) -> subprocess.Popen[bytes]:
@@ -107,9 +114,8 @@ def start_sim(
     It imports what this process imports: started with `-P` (a compiled copy on PYTHONPATH,
     `mavjet compile --target DIR --sim`), the child is too, so the working directory's sources
     do not come first. `sim_compiled_modules` then says how many of its modules run compiled."""
-    safe_path = ["-P"] if sys.flags.safe_path else []
     proc = subprocess.Popen(
-        [sys.executable, *safe_path, "-m", "gateway", "sim", "--vehicles", str(vehicles),
+        [*this_python(), "-m", "gateway", "sim", "--vehicles", str(vehicles),
          "--base-port", str(base_port), "--speedup", str(speedup)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )

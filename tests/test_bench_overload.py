@@ -49,9 +49,22 @@ def test_overload_runs_the_knee_search_and_twice_the_knee(tmp_path: Path) -> Non
     res = json.loads(out.read_text())
     assert res["knee_vehicles"] == 3 and res["overload_vehicles"] == 6
     assert [p["vehicles"] for p in res["knee_search"]] == [3]
+    # The simulator's share of the cores, beside the gateway's: at twice the knee it decides what is left.
+    assert res["knee_search"][0]["sim_cpu_pct"] > 0 and res["overload_sim_cpu_pct"] > 0
     assert res["overload_state_per_s"] > 0 and res["events_lost"] == 0
     assert set(res["goals"]) == {"delivered_ge_90pct_of_knee", "p99_under_1s", "no_event_lost", "nats_connection_kept"}
     assert "knee search" in proc.stdout and "6 vehicles" in proc.stdout  # progress while it runs
+
+
+def test_benchmark_children_import_as_their_parent_does() -> None:
+    """Started with -P (a compiled copy on PYTHONPATH), a benchmark's children are too. Without it,
+    `bench overload` run in the checkout with a compiled copy on PYTHONPATH measured the checkout's
+    interpreted gateway in its ingest runs: `python -m` puts the working directory first."""
+    probe = "from benchmarks.kit import this_python; import sys; print(this_python()[1:])"
+    for flags, expected in (([], "[]"), (["-P"], "['-P']")):
+        out = subprocess.run([sys.executable, *flags, "-c", probe], capture_output=True, text=True, timeout=60,
+                             check=True, cwd=Path(__file__).resolve().parent.parent)
+        assert out.stdout.strip() == expected
 
 
 def test_overload_refuses_sizes_out_of_order(tmp_path: Path) -> None:
