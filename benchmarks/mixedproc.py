@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from nats.aio.client import Client
 from benchmarks import cpuwait
 from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
 from benchmarks.ingest import _proc_cpu_s
-from benchmarks.kit import percentile, sim_compiled_modules
+from benchmarks.kit import percentile, sim_compiled_modules, this_python
 from benchmarks.scrape import OPENMETRICS, get_page_ms
 from benchmarks.workers import (
     _buckets,
@@ -40,6 +39,7 @@ from benchmarks.workers import (
     _state_seq,
     _total,
     links_up,
+    log_tail,
     stop_gateway,
 )
 from gateway.config import DEFAULT_RATES_HZ
@@ -81,7 +81,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: 
         while True:  # bounded by timeout_s below
             await asyncio.sleep(1.0)
             if proc.returncode is not None:
-                raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}: {_log_tail(log_path)}")
+                raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}: {log_tail(log_path)}")
             up = await links_up(port)
             consumers = (await js.stream_info(CMD_STREAM)).state.consumer_count
             if up >= n and consumers >= n:
@@ -163,15 +163,6 @@ async def scrape_every(port: int, every_s: float, seconds: float) -> dict[str, A
             "max_ms": round(max(times), 3) if times else None}
 
 
-def _log_tail(path: Path, lines: int = 3) -> str:
-    """The last lines the gateway wrote (its one-line error when it failed at start), for a message."""
-    try:
-        tail = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()][-lines:]
-    except OSError as e:
-        return f"(its log {path} could not be read: {e})"
-    return " | ".join(tail) if tail else "(it wrote nothing)"
-
-
 def _log_events(path: Path) -> dict[str, int]:
     """How often each warning or error event appeared in the gateway's JSON log (a disconnect, a timeout)."""
     counts: dict[str, int] = {}
@@ -243,7 +234,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
     with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _GATEWAY_MAIN, "gateway", "--config", str(conf), "--metrics-port", str(port),
+            *this_python(), "-c", _GATEWAY_MAIN, "gateway", "--config", str(conf), "--metrics-port", str(port),
             "--no-shadow", "--log-level", "warning", "--log-json",
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=env,
             cwd=str(tree) if tree is not None else None,

@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.ingest import OrderCheck, _proc_cpu_s
-from benchmarks.kit import nats_and_sim, report
+from benchmarks.kit import nats_and_sim, report, this_python
 from gateway import logs
 from gateway.config import DEFAULT_RATES_HZ
 from gateway.contract.natsconn import open_client
@@ -70,6 +70,15 @@ def _quantile_ms(b0: dict[float, float], b1: dict[float, float], q: float) -> fl
         if n >= q * delta[-1][1]:
             return le * 1000
     return None
+
+
+def log_tail(path: Path, lines: int = 3) -> str:
+    """The last lines the gateway wrote (its one-line error when it failed at start), for a message."""
+    try:
+        tail = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()][-lines:]
+    except OSError as e:
+        return f"(its log {path} could not be read: {e})"
+    return " | ".join(tail) if tail else "(it wrote nothing)"
 
 
 async def stop_gateway(proc: asyncio.subprocess.Process) -> None:
@@ -149,9 +158,10 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
         lines += ["[[vehicles]]", f'vid = "VID-{i + 1:04d}"', f'endpoint = "tcp:127.0.0.1:{base + 10 * i}"']
     conf.write_text("\n".join(lines) + "\n")
     port = free_port()
-    with (Path(tmp) / f"gateway-{workers}.log").open("wb") as log_file:
+    log_path = Path(tmp) / f"gateway-{workers}.log"
+    with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
+            *this_python(), "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
             "--no-commands", "--no-shadow", "--log-level", "warning",
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
         )
@@ -160,7 +170,8 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
         while True:  # every link up, as the gateway's own metrics say
             await asyncio.sleep(1.0)
             if proc.returncode is not None:
-                raise SystemExit(f"mavjet bench: the {workers}-worker gateway exited {proc.returncode}")
+                raise SystemExit(f"mavjet bench: the {workers}-worker gateway exited {proc.returncode}: "
+                                 f"{log_tail(log_path)}")
             up = await links_up(port)
             if up >= n or time.monotonic() - started > 300:
                 break

@@ -16,8 +16,7 @@ import pytest
 
 from benchmarks.commands import open_loop
 from benchmarks.kit import cpu_hogs, percentile, percentile_ci
-from benchmarks.mixedproc import _log_tail
-from benchmarks.workers import stop_gateway
+from benchmarks.workers import log_tail, stop_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,10 +190,42 @@ async def test_stopping_a_gateway_that_already_exited_keeps_its_error(tmp_path: 
     assert await proc.wait() == 1
     await stop_gateway(proc)  # raised ProcessLookupError before
     assert proc.returncode == 1
-    assert _log_tail(log) == "ImportError: no module named gateway.recorder"
-    assert _log_tail(tmp_path / "empty.log").startswith("(its log ")
+    assert log_tail(log) == "ImportError: no module named gateway.recorder"
+    assert log_tail(tmp_path / "empty.log").startswith("(its log ")
     (tmp_path / "blank.log").write_text("\n\n")
-    assert _log_tail(tmp_path / "blank.log") == "(it wrote nothing)"
+    assert log_tail(tmp_path / "blank.log") == "(it wrote nothing)"
     many = tmp_path / "many.log"
     many.write_text("".join(f"line {i}\n" for i in range(10)))
-    assert _log_tail(many) == "line 7 | line 8 | line 9"
+    assert log_tail(many) == "line 7 | line 8 | line 9"
+
+
+_SITE_PROBE = """\
+import os, sys
+with open(os.environ["MAVJET_TEST_PROBE"], "a") as f:
+    f.write(f"{int(sys.flags.safe_path)} {' '.join(sys.orig_argv[1:])}\\n")
+"""
+
+
+@pytest.mark.parametrize("bench", [
+    ["mixed", "--vehicles", "2", "--cmd-rate", "2", "--duration", "1", "--warmup", "0.5"],
+    ["ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--workers", "1"],
+])
+def test_a_benchmark_run_with_P_starts_its_gateway_with_P(tmp_path: Path, bench: list[str]) -> None:
+    """Run from a compiled copy (`PYTHONPATH=DIR python -P ...`) in the checkout, the gateway a benchmark
+    starts as its own process must import that copy too. Without -P its `-c`/`-m` put the checkout's
+    sources first: `bench compare --new-compiled -- mixed` (its working directory the checkout) so
+    measured an interpreted gateway while the report said compiled."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(_SITE_PROBE)  # every Python process records its -P and argv
+    seen = tmp_path / "seen.txt"
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "gateway", "bench", *bench, "--json", str(tmp_path / "out.json")],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(probe), "MAVJET_TEST_PROBE": str(seen)},
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = seen.read_text().splitlines()
+    gateways = [ln for ln in lines if "--config" in ln.split()]  # only the gateway is started with a config file
+    assert gateways, lines  # the gateway process(es) the benchmark started were seen
+    assert all(ln.startswith("1 ") for ln in lines), lines  # and it, like every child, ran with -P
