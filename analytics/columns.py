@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from gateway.contract.envelope import EnvelopeError, unpack
+from mavjet.contract.envelope import EnvelopeError, unpack
 
 # (column, Spark SQL type, key in the event's data map, converter)
 # Order matters: it is the column order of every DataFrame the source returns.

@@ -1,7 +1,7 @@
 """Fleet-level jobs: command -> cmd_result -> effect chains, fleet KPIs, per-flight tracks and events.
 
-Pure DataFrame -> DataFrame functions like analytics.jobs (which they build
-on); `analytics.replay` writes their outputs and the report draws them.
+Pure DataFrame -> DataFrame functions like mavjet.analytics.jobs (which they build
+on); `mavjet.analytics.replay` writes their outputs and the report draws them.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from analytics.jobs import _seconds_between, _summary, _t, valid, with_flight
+from mavjet.analytics.jobs import _seconds_between, _summary, _t, valid, with_flight
 
 # Command name -> (the event its effect shows up as, how long after the
 # command was sent that event still counts as its effect, in seconds).

@@ -3,7 +3,7 @@
 A fleet has far too many flights for a page each; the report gets one for
 the latest flights, the latest flights with a failsafe, and the flights of
 the vehicles asked for with `--vid`. The rows collected here go to
-analytics.flightreport, which renders them without Spark.
+mavjet.analytics.flightreport, which renders them without Spark.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from analytics import fleet
-from analytics.flightreport import PAGES_DIR, flight_file, flight_page
+from mavjet.analytics import fleet
+from mavjet.analytics.flightreport import PAGES_DIR, flight_file, flight_page
 
 LATEST = 10
 LATEST_WITH_FAILSAFE = 10
@@ -29,7 +29,7 @@ class TrackSource(Protocol):
     """Recorded positions (`vid, time, lat_deg, lon_deg, alt_m, battery_pct`) of some vehicles over a span.
 
     `start_us`/`end_us`: epoch µs, start inclusive, end exclusive, None for open;
-    None back when there is nothing recorded (analytics.tracks.TrackReader).
+    None back when there is nothing recorded (mavjet.analytics.tracks.TrackReader).
     """
 
     def __call__(self, vids: Sequence[str], start_us: int | None, end_us: int | None) -> DataFrame | None: ...

@@ -1,9 +1,9 @@
 """The report's per-flight page: the track drawn to scale, altitude and battery over time, the events.
 
-Pure, like analytics.report: input is plain Python data (one flight's row,
-its samples and its events, collected by analytics.flightpages), output is
+Pure, like mavjet.analytics.report: input is plain Python data (one flight's row,
+its samples and its events, collected by mavjet.analytics.flightpages), output is
 one self-contained HTML page with inline SVG drawn by matplotlib
-(analytics.charts; no scripts, no map tiles).
+(mavjet.analytics.charts; no scripts, no map tiles).
 
 The track uses an equirectangular projection around the flight's mean
 latitude, in metres: x = R * dlon * cos(lat0), y = R * dlat. Over a flight's
@@ -19,8 +19,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analytics import charts
-from analytics.report import CSS, _e, _num, table
+from mavjet.analytics import charts
+from mavjet.analytics.report import CSS, _e, _num, table
 
 EARTH_RADIUS_M = 6_371_000.0
 # Next to report.html; not `flights/`, which holds the flights job's Parquet.

@@ -1,7 +1,7 @@
 """The replay jobs: pure DataFrame -> DataFrame functions over decoded events.
 
-Input is what the `jetstream` source returns (analytics.columns). Nothing
-here reads or writes: `analytics.replay` wires the source, the jobs and the
+Input is what the `jetstream` source returns (mavjet.analytics.columns). Nothing
+here reads or writes: `mavjet.analytics.replay` wires the source, the jobs and the
 outputs together, and tests feed the functions directly.
 
 Ordering inside a vehicle is (time, seq): `time` is when the event happened

@@ -4,10 +4,10 @@ Each partition opens its own connection (a Python worker cannot share the
 driver's) and reads its range with one ordered push consumer started at the
 range's first sequence. Messages arrive on a callback subscription: on these
 machines that is 3-5x faster than fetch/next_msg/async-for, which create a
-task per message. `analytics.natsfast` goes further and takes the
+task per message. `mavjet.analytics.natsfast` goes further and takes the
 consumer's messages off the connection's read buffer itself (no `Msg`, no
 queue, no header parsing). Each message is decoded once, into a row
-(`analytics.columns.Columns`); a batch of rows becomes columns.
+(`mavjet.analytics.columns.Columns`); a batch of rows becomes columns.
 
 `iter_range` is a plain generator so Spark's `read()` can pull batches: it
 drives a private event loop only while it waits for the next batch, which
@@ -29,12 +29,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from analytics import natsfast
-from analytics.columns import Columns
-from analytics.options import SourceOptions
-from gateway.contract import natsconn
-from gateway.contract.errors import MavjetError
-from gateway.contract.natsconn import NatsOptions
+from mavjet.analytics import natsfast
+from mavjet.analytics.columns import Columns
+from mavjet.analytics.options import SourceOptions
+from mavjet.contract import natsconn
+from mavjet.contract.errors import MavjetError
+from mavjet.contract.natsconn import NatsOptions
 
 _T = TypeVar("_T")
 
@@ -228,7 +228,7 @@ class RangeReader:
             self._wake.set()
 
     async def _on_msg(self, msg: Msg) -> None:
-        """nats-py's callback: used only where the short cut (analytics.natsfast) is not installed."""
+        """nats-py's callback: used only where the short cut (mavjet.analytics.natsfast) is not installed."""
         if self.done or not msg.reply:
             return
         seq, pending = _seq_and_pending(msg.reply)

@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import DEFAULT_NATS
-from gateway.contract.subjects import EVENTS_STREAM
-from gateway.contract.units import parse_duration_s
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.natsconn import DEFAULT_NATS
+from mavjet.contract.subjects import EVENTS_STREAM
+from mavjet.contract.units import parse_duration_s
 
 DEFAULT_BATCH_ROWS = 20_000
 DEFAULT_ROWS_PER_PARTITION = 250_000

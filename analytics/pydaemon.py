@@ -5,7 +5,7 @@ Python never caches bytecode for a zip without .pyc files, so each daemon
 compiled pyspark's modules again (~0.7 s of CPU per daemon start, measured;
 ~17% of a replay's worker samples). The installed package is the same
 version, with its bytecode cached, so the zips are dropped from the path before
-pyspark is imported. Run by Spark as `python -m analytics.pydaemon <worker module>`
+pyspark is imported. Run by Spark as `python -m mavjet.analytics.pydaemon <worker module>`
 (`spark.python.daemon.module`).
 """
 

@@ -5,7 +5,7 @@
     mavjet replay --jobs timeline --vid VID-0001 --since 6h --out out/
 
 Reads TWIN_EVENTS once through the `jetstream` source, keeps the decoded rows
-cached, runs the jobs (analytics.jobs) on them, writes one Parquet directory
+cached, runs the jobs (mavjet.analytics.jobs) on them, writes one Parquet directory
 per job, `summary.json`, and `report.html` (self-contained, inline SVG).
 With a cluster master, `--out` must be a path every executor can write
 (a shared filesystem or object store URL).
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analytics.options import format_time_us, parse_time_us
-from analytics.progress import LineProgress, Progress, QuietProgress, SparkTicker
-from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
-from gateway.contract.errors import ConfigError, MavjetError
-from gateway.contract.subjects import EVENTS_STREAM, check_token, event_filter
-from gateway.contract.units import parse_duration_s
+from mavjet.analytics.options import format_time_us, parse_time_us
+from mavjet.analytics.progress import LineProgress, Progress, QuietProgress, SparkTicker
+from mavjet.analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
+from mavjet.contract.errors import ConfigError, MavjetError
+from mavjet.contract.subjects import EVENTS_STREAM, check_token, event_filter
+from mavjet.contract.units import parse_duration_s
 
 JOBS = ("flights", "commands", "failsafes", "timeline")
 # The jobs read the decoded columns only. The raw JSON (`data`) is the widest
@@ -109,8 +109,8 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from analytics import fleet, jobs
-    from analytics.report import ReportData, render
+    from mavjet.analytics import fleet, jobs
+    from mavjet.analytics.report import ReportData, render
 
     prog: Progress = progress if progress is not None else QuietProgress()
     t_start = time.perf_counter()
@@ -238,8 +238,8 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             prog.done("timelines", timings.steps["timeline"], f"{len(cfg.vids)} vehicles")
 
         if fl is not None and cfg.report and out_local is not None:
-            from analytics.flightpages import collect_flights, write_pages
-            from analytics.tracks import TrackReader
+            from mavjet.analytics.flightpages import collect_flights, write_pages
+            from mavjet.analytics.tracks import TrackReader
 
             prog.stage("flight pages")
             # the flight recorder's samples (TWIN_TRACKS) of the flights that get a page, when the server has any
@@ -271,7 +271,7 @@ def _time_arg(value: str) -> dt.datetime:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gateway.contract.natsconn import add_nats_arguments
+    from mavjet.contract.natsconn import add_nats_arguments
 
     p = argparse.ArgumentParser(prog="mavjet replay", description=__doc__.split("\n\n")[0] if __doc__ else None)
     when = p.add_mutually_exclusive_group()
@@ -323,8 +323,8 @@ def preflight(cfg: ReplayConfig) -> int:
 
     Returns the stream's last sequence; raises SourceError with one readable line.
     """
-    from analytics.natsread import latest_seq
-    from analytics.options import SourceOptions
+    from mavjet.analytics.natsread import latest_seq
+    from mavjet.analytics.options import SourceOptions
 
     opts = SourceOptions.from_options({**cfg.source_options(), "timeout": PREFLIGHT_TIMEOUT})
     return latest_seq(opts)
@@ -352,7 +352,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"mavjet replay: {exc}", file=sys.stderr)
         return 2
-    from analytics.natsread import SourceError
+    from mavjet.analytics.natsread import SourceError
 
     progress = LineProgress()
     try:
@@ -362,7 +362,7 @@ def main(argv: list[str]) -> int:
         print(f"mavjet replay: {exc}", file=sys.stderr)
         return 2
     progress.done("check", 0.0, f"stream holds sequences up to {last:,}")
-    from analytics.session import get_spark
+    from mavjet.analytics.session import get_spark
 
     t0 = time.perf_counter()
     progress.stage(f"starting Spark ({cfg.master})")

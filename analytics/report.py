@@ -3,7 +3,7 @@
 No JavaScript, no CDN, no server: the file opens from disk in any browser and
 can be mailed around. Input is plain Python data (the small aggregates the
 replay collected), so this module is pure and testable without Spark. The
-charts are drawn by matplotlib (analytics.charts) and embedded as SVG.
+charts are drawn by matplotlib (mavjet.analytics.charts) and embedded as SVG.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from analytics import charts
+from mavjet.analytics import charts
 
 
 def _e(v: Any) -> str:

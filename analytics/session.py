@@ -12,7 +12,7 @@ import re
 import sys
 from typing import Any
 
-from gateway.contract.errors import ConfigError
+from mavjet.contract.errors import ConfigError
 
 LOOPBACK = "127.0.0.1"
 # On local[*] the executors live in the driver JVM, so this heap holds the
@@ -27,7 +27,7 @@ DEFAULT_DRIVER_MEMORY = "4g"
 # (no concurrent marking threads; a batch job does not mind its pauses).
 DEFAULT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
 # Workers import pyspark from site-packages (bytecode cached), not Spark's zip.
-DAEMON_MODULE = "analytics.pydaemon"
+DAEMON_MODULE = "mavjet.analytics.pydaemon"
 _MEMORY = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 
 
@@ -88,8 +88,8 @@ def get_spark(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from analytics.classcache import archive_options, publish_at_exit
-    from analytics.source import register
+    from mavjet.analytics.classcache import archive_options, publish_at_exit
+    from mavjet.analytics.source import register
 
     builder = SparkSession.builder.appName(app_name)
     jvm_options, archive_tmp, archive_final = DEFAULT_JVM_OPTIONS, None, None

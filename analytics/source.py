@@ -33,9 +33,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from analytics import natsread
-from analytics.columns import SCHEMA_DDL
-from analytics.options import SourceOptions, plan_ranges
+from mavjet.analytics import natsread
+from mavjet.analytics.columns import SCHEMA_DDL
+from mavjet.analytics.options import SourceOptions, plan_ranges
 
 FORMAT = "jetstream"
 
@@ -64,7 +64,7 @@ def _batches(
 ) -> Iterator[pa.RecordBatch]:
     pa_schema = arrow_schema(schema)
     names = list(schema.fieldNames())
-    from analytics.columns import COLUMN_NAMES
+    from mavjet.analytics.columns import COLUMN_NAMES
 
     index = [COLUMN_NAMES.index(n) for n in names]
     for cols in natsread.iter_range(

@@ -28,13 +28,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from analytics.synthtrack import HOME_ALT_MSL_M, FlightPath, Key, period_ns
-from analytics.truth import ChainTruth, CommandTruth, FailsafeTruth, FlightTruth, Truth
-from gateway.contract.envelope import CONTENT_TYPE, pack
-from gateway.contract.errors import ConfigError
-from gateway.contract.subjects import event_subject, track_subject
-from gateway.contract.tracks import encode_sample, track_msg_id
-from gateway.contract.units import haversine_m
+from mavjet.analytics.synthtrack import HOME_ALT_MSL_M, FlightPath, Key, period_ns
+from mavjet.analytics.truth import ChainTruth, CommandTruth, FailsafeTruth, FlightTruth, Truth
+from mavjet.contract.envelope import CONTENT_TYPE, pack
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.subjects import event_subject, track_subject
+from mavjet.contract.tracks import encode_sample, track_msg_id
+from mavjet.contract.units import haversine_m
 
 DAY_NS = 86_400 * 10**9
 MS = 10**6

@@ -1,15 +1,15 @@
 """The flight recorder's samples for a synthetic flight (`mavjet synth --track-hz`).
 
-`analytics.synth` moves a vehicle in steps: at every event of a flight it
+`mavjet.analytics.synth` moves a vehicle in steps: at every event of a flight it
 has a position, altitude and battery (the event's snapshot). A `FlightPath`
 keeps those states from `armed` to `disarmed` and samples them the way the
-gateway's recorder (gateway/recorder.py) samples a real vehicle: one sample
+gateway's recorder (gateway/stores/recorder.py) samples a real vehicle: one sample
 at the armed event, one every `1 / track_hz` seconds after it, one at the
 disarmed event (armed = false), nothing while the link is lost (the recorder
 has no new position then). Between two events the vehicle flies straight and
 level-changes linearly, so every sample lies between the states of the
 events around it and the dense track agrees with the sparse one the events
-draw. Payloads come from `gateway.contract.tracks`, the recorder's own
+draw. Payloads come from `mavjet.contract.tracks`, the recorder's own
 packing, so a reader cannot tell a synthetic track from a recorded one.
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from gateway.contract.tracks import track_sample
-from gateway.contract.units import haversine_m
+from mavjet.contract.tracks import track_sample
+from mavjet.contract.units import haversine_m
 
 HOME_ALT_MSL_M = 488.0  # the synthetic homes' ground level above sea level
 MOVING_M = 0.5  # below this horizontal step a heading means nothing: left out

@@ -1,12 +1,12 @@
 """The flight recorder's samples (TWIN_TRACKS) as a DataFrame for the per-flight jobs and pages.
 
-The gateway's recorder (gateway/recorder.py) publishes one envelope per
+The gateway's recorder (gateway/stores/recorder.py) publishes one envelope per
 sample on `fleet.<env>.veh.<vid>.track` while a vehicle is armed; its keys
 (lat_deg, lon_deg, alt_m, alt_msl_m, battery_pct) are the event snapshot's,
 so the `jetstream` source decodes them into its typed columns like any
 event. This module only points that source at TWIN_TRACKS, with the same
 server, credentials and time range as the events being replayed, and keeps
-the columns `analytics.fleet.flight_samples` takes (TRACK_COLUMNS).
+the columns `mavjet.analytics.fleet.flight_samples` takes (TRACK_COLUMNS).
 
 A server without the stream (provisioned before the recorder existed), or
 with nothing in it, gives None: the pages then draw the sparse track the
@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analytics import natsread
-from analytics.options import SourceOptions, format_time_us
-from gateway.contract.subjects import TRACKS_STREAM, track_subject
+from mavjet.analytics import natsread
+from mavjet.analytics.options import SourceOptions, format_time_us
+from mavjet.contract.subjects import TRACKS_STREAM, track_subject
 
-# What the jobs read of a sample (analytics.fleet.TRACK_COLUMNS, plus the altitude above sea level).
+# What the jobs read of a sample (mavjet.analytics.fleet.TRACK_COLUMNS, plus the altitude above sea level).
 COLUMNS = ("vid", "time", "lat_deg", "lon_deg", "alt_m", "alt_msl_m", "battery_pct")
 # Taken over from the events' source options; everything else is the tracks' own.
 _SHARED = ("url", "creds", "start_time", "end_time", "partitions", "timeout")
@@ -68,7 +68,7 @@ def read_tracks(spark: Any, options: Mapping[str, str]) -> Any | None:
 
 @dataclass(frozen=True, slots=True)
 class TrackReader:
-    """A `analytics.flightpages.TrackSource` over TWIN_TRACKS: reads only the vehicles and span asked for."""
+    """A `mavjet.analytics.flightpages.TrackSource` over TWIN_TRACKS: reads only the vehicles and span asked for."""
 
     spark: Any
     event_options: Mapping[str, str]

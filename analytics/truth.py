@@ -1,4 +1,4 @@
-"""Ground truth of a synthetic history (analytics.synth): what was generated, for tests to check jobs against."""
+"""Ground truth of a synthetic history (mavjet.analytics.synth): what was generated, for tests to check jobs against."""
 
 from __future__ import annotations
 

@@ -9,18 +9,18 @@ import sys
 
 # name -> (module, what it measures). Order is the order shown in `mavjet bench --help`.
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "ingest": ("benchmarks.ingest",
+    "ingest": ("mavjet.benchmarks.ingest",
                "MAVLink in, JetStream state out: gateway CPU per message, state rate, p99 latency"),
-    "commands": ("benchmarks.commands", "command round trips and throughput, closed loop per vehicle"),
-    "shadow": ("benchmarks.shadow", "desired write -> reported.converged across simulated vehicles"),
-    "replay": ("benchmarks.replay", "the Spark data source's read rate against one process's ceiling"),
-    "mixed": ("benchmarks.mixed", "command p50/p99 while a fleet streams state, and the state delivered"),
-    "consumers": ("benchmarks.consumers", "server memory and command round trip at 1k/5k/10k durable consumers"),
-    "compare": ("benchmarks.compare", "a benchmark from a git ref and from the working tree alternately, and "
+    "commands": ("mavjet.benchmarks.commands", "command round trips and throughput, closed loop per vehicle"),
+    "shadow": ("mavjet.benchmarks.shadow", "desired write -> reported.converged across simulated vehicles"),
+    "replay": ("mavjet.benchmarks.replay", "the Spark data source's read rate against one process's ceiling"),
+    "mixed": ("mavjet.benchmarks.mixed", "command p50/p99 while a fleet streams state, and the state delivered"),
+    "consumers": ("mavjet.benchmarks.consumers", "server memory and command round trip at 1k/5k/10k durable consumers"),
+    "compare": ("mavjet.benchmarks.compare", "a benchmark from a git ref and from the working tree alternately, and "
                                       "their ratio"),
-    "uplink": ("benchmarks.uplink", "command results and failsafe events over a thin uplink, shaping on and off"),
-    "overload": ("benchmarks.overload", "the ingest knee, then twice that fleet: what graceful overload keeps"),
-    "scrape": ("benchmarks.scrape", "what one /metrics scrape costs the gateway's process"),
+    "uplink": ("mavjet.benchmarks.uplink", "command results and failsafe events over a thin uplink, shaping on and off"),
+    "overload": ("mavjet.benchmarks.overload", "the ingest knee, then twice that fleet: what graceful overload keeps"),
+    "scrape": ("mavjet.benchmarks.scrape", "what one /metrics scrape costs the gateway's process"),
 }
 
 

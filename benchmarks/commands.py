@@ -29,7 +29,7 @@ import anyio
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from benchmarks.kit import (
+from mavjet.benchmarks.kit import (
     nats_and_sim,
     non_negative_int,
     percentile,
@@ -38,17 +38,17 @@ from benchmarks.kit import (
     positive_int,
     report,
 )
-from drivers.mavlink.transport import Endpoint
-from gateway import logs
-from gateway.commands.consumer import CommandService
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions, open_client
-from gateway.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
-from gateway.daemon import Gateway
-from gateway.entry import tune_process
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.contract.natsconn import NatsOptions, open_client
+from mavjet.contract.subjects import CMD_STREAM, cmd_filter, cmd_subject
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.entry import tune_process
+from mavjet.gateway.runtime import logs
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 

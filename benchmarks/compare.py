@@ -10,17 +10,24 @@ is the same thing for the ingest benchmark.
 
 Both sides drive the same simulated vehicles: the working tree's `sim/` is
 copied into the ref's worktree (`--ref-sim tree`, the default), so a gateway
-is compared with a gateway on the same MAVLink traffic. The simulator only
-imports pymavlink, fastcrc and `gateway.contract.errors`, which every ref
-since the contract package has. `--ref-sim own` runs the ref's own simulator.
-The JSON records a digest of each side's `sim/` sources.
+is compared with a gateway on the same MAVLink traffic. `--ref-sim own` runs
+the ref's own simulator. The JSON records a digest of each side's `sim/`
+sources.
+
+A ref's worktree runs as an installed mavjet would (`prepare_tree`): a ref
+whose layers are folders imported as `mavjet.<folder>` gets a `mavjet/` of
+links to them; a ref from before that layout (five top-level packages,
+`gateway`, `sim`, ...) runs as it always did, and with `--ref-sim tree` its
+`sim` package becomes an alias of the working tree's `mavjet.sim`, which goes
+into the worktree with the working tree's contract (the only layer the
+simulator imports).
 
 `--new-arg` adds an option to the working tree's side only, for a comparison
 of deployments rather than of code on equal terms: `--new-arg=--uvloop` runs
 today's gateway as the edge hub ran it (asyncio) against the new one as the
 edge hub runs it now (uvloop). `--new-compiled` runs the working tree's
 side from a copy whose hot path `mavjet compile` built with mypyc
-(gateway/ops/compile.py), as a deployment that compiles it runs; the ref's
+(ops/compile.py), as a deployment that compiles it runs; the ref's
 side stays as it was, interpreted, unless `--ref-compiled` compiles it too,
 with the ref's own `mavjet compile` (a ref from before that command cannot):
 compiled against compiled, for a change to the compiled code itself. The
@@ -54,12 +61,20 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from benchmarks.kit import cpu_hogs, non_negative_int, positive_int, run_json
-from gateway.ops.compile import SIM_MODULES, build, compile_copy
-from gateway.ops.natsserver import COLOCATED_GOMAXPROCS
+from mavjet.benchmarks.kit import cpu_hogs, non_negative_int, positive_int, run_json
+from mavjet.ops.compile import LAYERS, SIM_MODULES, build, compile_copy
+from mavjet.ops.natsserver import COLOCATED_GOMAXPROCS
 
-# Run the ref's own dispatcher: older refs have no entry points, newer ones do.
-_REF_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+
+def is_mavjet_layout(tree: Path) -> bool:
+    """A tree whose layers are folders imported as `mavjet.<folder>` (not five top-level packages)."""
+    return (tree / "contract").is_dir()
+
+
+def ref_main(tree: Path) -> str:
+    """The ref's own dispatcher, as a `python -c` program: where it lives depends on the layout."""
+    module = "mavjet.ops.cli" if is_mavjet_layout(tree) else "gateway.cli"
+    return f"import sys; from {module} import main; sys.exit(main(sys.argv[1:]))"
 # Benchmarks whose nats-server shares the machine with the simulator and the gateway
 # (benchmarks/kit.py `nats_and_sim`). Their server gets COLOCATED_GOMAXPROCS through the
 # environment, so a ref from before that setting runs its server the same way.
@@ -144,37 +159,105 @@ def unequal_work(ref_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]])
     return notes
 
 
+def sim_sources(tree: Path) -> Path:
+    """Where a tree's simulator package is: `sim/` of a checkout, or `mavjet/sim` that
+    `use_tree_sim` gave a ref from before the `mavjet.*` layout (its own `sim/` is then an alias)."""
+    aliased = tree / "mavjet" / "sim"
+    return aliased if aliased.is_dir() and not is_mavjet_layout(tree) else tree / "sim"
+
+
 def sim_digest(tree: Path) -> str:
-    """A digest of a tree's simulator sources (`sim/**/*.py`, by relative path and content)."""
+    """A digest of a tree's simulator sources (`**/*.py` of its sim package, by relative path and content)."""
     h = hashlib.sha256()
-    for path in sorted((tree / "sim").rglob("*.py")):
-        h.update(path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    src = sim_sources(tree)
+    for path in sorted(src.rglob("*.py")):
+        h.update(path.relative_to(src).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
+# An old-layout ref's `sim` package, once `use_tree_sim` gave it the working tree's simulator:
+# `import sim.X` is `mavjet.sim.X`, the same module object (not a second copy under another name,
+# which a compiled module could not be).
+_SIM_ALIAS = """\
+\"\"\"Written by `mavjet bench compare`: this ref's `sim` is the working tree's `mavjet.sim`.\"\"\"
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self):
+        self.real = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        return importlib.util.spec_from_loader(fullname, self) if fullname.startswith("sim.") else None
+
+    def create_module(self, spec):
+        module = importlib.import_module("mavjet." + spec.name)
+        self.real[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        for name, spec in self.real.items():  # the import machinery set the alias's spec: put the real one back
+            if spec is not None and spec.name == module.__name__:
+                module.__spec__ = spec
+
+
+sys.meta_path.insert(0, _Alias())
+"""
+
+
 def use_tree_sim(root: Path, tree: Path) -> None:
-    """The ref's worktree gets the working tree's simulator, so both sides see the same vehicles."""
+    """The ref's worktree gets the working tree's simulator, so both sides see the same vehicles.
+
+    A `mavjet.*` ref gets it in place of its `sim/`. An older ref, whose
+    packages are `gateway`, `sim`, ..., gets it as `mavjet/sim` with the
+    working tree's contract beside it (what it imports), and its `sim`
+    becomes an alias of it (`_SIM_ALIAS`)."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    if is_mavjet_layout(tree):
+        shutil.rmtree(tree / "sim", ignore_errors=True)
+        shutil.copytree(root / "sim", tree / "sim", ignore=ignore)
+        return
+    for layer in ("sim", "contract"):
+        shutil.rmtree(tree / "mavjet" / layer, ignore_errors=True)
+        shutil.copytree(root / layer, tree / "mavjet" / layer, ignore=ignore)
     shutil.rmtree(tree / "sim", ignore_errors=True)
-    shutil.copytree(root / "sim", tree / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "sim").mkdir()
+    (tree / "sim" / "__init__.py").write_text(_SIM_ALIAS)
 
 
 def compile_sim(root: Path, dest: Path) -> Path:
-    """The working tree's `sim/` with its tick path compiled, alone in `dest` (with its mypyc runtime)."""
+    """The working tree's `sim/` with its tick path compiled, alone in `dest/mavjet/sim` (with its mypyc runtime)."""
     print("compiling the simulator's tick path (mavjet compile --sim) ...", flush=True)
-    shutil.copytree(root / "sim", dest / "sim", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copytree(root / "sim", dest / "mavjet" / "sim", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     built = build(dest, log=dest / "compile.log", modules=SIM_MODULES)
     print(f"compiled the simulator: {len(built)} extensions", flush=True)
     return dest
 
 
 def install_sim(sim_dir: Path, tree: Path) -> None:
-    """Put a compiled simulator (`compile_sim`) into a ref's worktree: its `sim/` package and the
-    mypyc runtime beside the packages, where the ref's benchmark imports them from."""
-    shutil.rmtree(tree / "sim", ignore_errors=True)
-    shutil.copytree(sim_dir / "sim", tree / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+    """Put a compiled simulator (`compile_sim`) into a ref's worktree, where `use_tree_sim` put the
+    source one, and the mypyc runtime beside the packages, where the ref's benchmark imports them from."""
+    dest = sim_sources(tree)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(sim_dir / "mavjet" / "sim", dest, ignore=shutil.ignore_patterns("__pycache__"))
     for runtime in sim_dir.glob("*__mypyc*"):
         if runtime.is_file():
             shutil.copy2(runtime, tree / runtime.name)
+
+
+def link_layers(tree: Path) -> None:
+    """A `mavjet.*` tree gets a `mavjet/` of links to its layer folders: first on PYTHONPATH, it
+    then imports as an installed mavjet does (the repository has no folder named mavjet)."""
+    if not is_mavjet_layout(tree):
+        return
+    pkg = tree / "mavjet"
+    pkg.mkdir(exist_ok=True)
+    for layer in LAYERS:
+        if (tree / layer).is_dir() and not (pkg / layer).exists():
+            (pkg / layer).symlink_to(Path("..") / layer, target_is_directory=True)
 
 
 # Imported at the start of every Python process whose PYTHONPATH starts at a ref's tree (site.py
@@ -198,8 +281,9 @@ def isolate_tree(tree: Path, *, pyproject: Path | None = None) -> None:
     then started the working tree's `gateway/entry.py` over its own
     packages and failed on an import. Here the tree gets the ref's own
     entry points, from its pyproject.toml (`pyproject`, for a compiled copy
-    that has none), as a distribution that shadows the installed one, and a
-    sitecustomize that takes the finder out.
+    that has none), as a distribution that shadows the installed one, a
+    sitecustomize that takes the finder out, and (a `mavjet.*` tree) the
+    links that make its folders `mavjet.*` (`link_layers`).
     """
     source = pyproject or tree / "pyproject.toml"
     try:
@@ -215,6 +299,7 @@ def isolate_tree(tree: Path, *, pyproject: Path | None = None) -> None:
     (info / "entry_points.txt").write_text("".join(
         f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for group, eps in groups.items() if eps))
     (tree / "sitecustomize.py").write_text(_ISOLATE_SITECUSTOMIZE)
+    link_layers(tree)
 
 
 @contextmanager
@@ -276,7 +361,7 @@ def compile_ref(ref: str, tree: Path) -> Path:
     target = tree.parent / "ref-compiled"
     print(f"compiling a copy of {ref}'s hot path (its own mavjet compile) ...", flush=True)
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, "-P", "-c", _REF_MAIN, "compile", "--target", str(target)]
+    cmd = [sys.executable, "-P", "-c", ref_main(tree), "compile", "--target", str(target)]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
@@ -306,14 +391,17 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
             for side in order:
                 report = tmp / f"{side}-{i}.json"
                 if side == "ref":
-                    env = {**base_env, "PYTHONPATH": str(ref_compiled or tree)}
+                    # The compiled copy first, then the worktree: an old ref's aliased `sim` is the
+                    # working tree's `mavjet.sim`, which only the worktree holds.
+                    paths = [str(ref_compiled), str(tree)] if ref_compiled is not None else [str(tree)]
+                    env = {**base_env, "PYTHONPATH": os.pathsep.join(paths)}
                     if sim_dir is not None:
                         # A ref that passes -P on to its simulator imports it from PYTHONPATH; one that
                         # does not, from its worktree (its working directory), where install_sim put it.
                         env["PYTHONPATH"] = os.pathsep.join((str(sim_dir), env["PYTHONPATH"]))
                     # -P: the compiled copy, not the worktree's sources (the working directory), first.
                     py = [sys.executable] if ref_compiled is None else [sys.executable, "-P"]
-                    cmd = [*py, "-c", _REF_MAIN, "bench", name, *bench_args, "--json", str(report)]
+                    cmd = [*py, "-c", ref_main(tree), "bench", name, *bench_args, "--json", str(report)]
                     what = f"{ref} ({sha})" if ref_compiled is None else f"{ref} ({sha}), compiled"
                     ref_runs.append(run_json(what, cmd, cwd=tree, env=env, out=report))
                 else:
@@ -326,7 +414,7 @@ def _rounds(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int
                         # The compiled simulator first (the benchmark passes -P on to it), then the gateway's code.
                         env["PYTHONPATH"] = os.pathsep.join((str(sim_dir), str(compiled or root)))
                         python = [sys.executable, "-P"]
-                    cmd = [*python, "-m", "gateway", "bench", name, *bench_args, *new_args, "--json", str(report)]
+                    cmd = [*python, "-m", "mavjet.ops", "bench", name, *bench_args, *new_args, "--json", str(report)]
                     label = "working tree" if compiled is None else "working tree, compiled"
                     new_runs.append(run_json(label, cmd, cwd=root, env=env, out=report))
     return ref_runs, new_runs

@@ -21,9 +21,9 @@ from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from benchmarks.kit import percentile, positive_int, positive_ints, report
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
+from mavjet.benchmarks.kit import percentile, positive_int, positive_ints, report
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
 
 STREAM = "BENCH_CMD"
 

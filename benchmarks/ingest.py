@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import msgpack
 
-from benchmarks import cpuwait
-from benchmarks.kit import (
+from mavjet.benchmarks import cpuwait
+from mavjet.benchmarks.kit import (
     cpu_hogs,
     nats_and_sim,
     non_negative_float,
@@ -33,20 +33,20 @@ from benchmarks.kit import (
     report,
     sim_compiled_modules,
 )
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.transport import Endpoint
-from gateway import logs
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.envelope import unpack
-from gateway.contract.natsconn import NatsOptions, open_client
-from gateway.contract.subjects import EVENTS_STREAM
-from gateway.daemon import Gateway
-from gateway.entry import tune_process
-from gateway.ops.compile import compiled_modules
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.uplink import UplinkConfig
-from sim.stepmode import in_step_from_env
+from mavjet.contract.envelope import unpack
+from mavjet.contract.natsconn import NatsOptions, open_client
+from mavjet.contract.subjects import EVENTS_STREAM
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.entry import tune_process
+from mavjet.gateway.publish.uplink import UplinkConfig
+from mavjet.gateway.runtime import logs
+from mavjet.ops.compile import compiled_modules
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.sim.stepmode import in_step_from_env
 
 
 def _rss_mib() -> float:
@@ -71,7 +71,7 @@ def _proc_cpu_s(pid: int) -> float:
 
 async def capture_bytes(host: str, port: int, seconds: float) -> bytes:
     """Record what a vehicle sends once its streams are requested (the ceiling's input)."""
-    from drivers.mavlink.codec import MavCodec
+    from mavjet.drivers.mavlink.codec import MavCodec
 
     r, w = await asyncio.open_connection(host, port)
     enc = MavCodec()
@@ -182,7 +182,7 @@ async def run_ingest(
                        for i in range(n)),
         nats=NatsOptions(servers=(server.url,)), env="bench", instance="bench",
         state_dir=Path(tmp) / "state", startup_timeout_s=max(10.0, n / 20), uvloop=args.uvloop,
-        # The shaper (gateway/uplink.py) sheds state when the machine, not the uplink, is
+        # The shaper (gateway/publish/uplink.py) sheds state when the machine, not the uplink, is
         # slow; this benchmark measures the cost of the configured rates, so it is off
         # unless asked for.
         uplink=UplinkConfig(enabled=args.shaping),
@@ -197,7 +197,7 @@ async def run_ingest(
         sessions = [t.session for t in gw.twins.values()]
         m0 = sum(s.health().messages_in for s in sessions)
         p0 = gw.publisher.state_published
-        # Samples the link-adaptive shaper held back (gateway/uplink.py; absent in older builds):
+        # Samples the link-adaptive shaper held back (gateway/publish/uplink.py; absent in older builds):
         # a comparison of CPU per message is only fair at the same state rate.
         shaper = getattr(gw.publisher, "uplink", None)
         shed0 = getattr(shaper, "shed", 0)
@@ -286,7 +286,7 @@ async def run_ingest(
 def _reactor_counts() -> tuple[int, int]:
     """This loop's fleet epoll: (passes, ready sockets read); zeros if the build has none (older refs)."""
     try:
-        from drivers.mavlink.reactor import Reactor
+        from mavjet.drivers.mavlink.reactor import Reactor
     except ImportError:
         return 0, 0
     # `_by_loop`, not `for_loop`: looking must not make an epoll for a loop without links.
@@ -349,11 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
 def ingest_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.workers:
-        from benchmarks.workers import run_workers
+        from mavjet.benchmarks.workers import run_workers
 
         return run_workers(args)
     if args.compare:
-        from benchmarks.compare import compare
+        from mavjet.benchmarks.compare import compare
 
         # The same benchmark options for both sides; --json names the comparison's own file.
         rest = ["--vehicles", str(args.vehicles), "--duration", str(args.duration), "--warmup", str(args.warmup),

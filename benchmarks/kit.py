@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gateway.ops.demo import pick_base_port
-from gateway.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer
-from sim.cli import compiled_from_ready
-from sim.stepmode import in_step_from_env
+from mavjet.ops.demo import pick_base_port
+from mavjet.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer
+from mavjet.sim.cli import compiled_from_ready
+from mavjet.sim.stepmode import in_step_from_env
 
 
 # argparse types for the benchmarks' options: a bad figure is one usage error (exit 2) before
@@ -115,7 +115,7 @@ def start_sim(
     `mavjet compile --target DIR --sim`), the child is too, so the working directory's sources
     do not come first. `sim_compiled_modules` then says how many of its modules run compiled."""
     proc = subprocess.Popen(
-        [*this_python(), "-m", "gateway", "sim", "--vehicles", str(vehicles),
+        [*this_python(), "-m", "mavjet.ops", "sim", "--vehicles", str(vehicles),
          "--base-port", str(base_port), "--speedup", str(speedup)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )

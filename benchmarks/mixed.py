@@ -28,12 +28,12 @@ from typing import Any
 
 import anyio
 
-from benchmarks.commands import (
+from mavjet.benchmarks.commands import (
     command_gateway,
     commands_ready,
 )
-from benchmarks.compare import ref_worktree
-from benchmarks.kit import (
+from mavjet.benchmarks.compare import ref_worktree
+from mavjet.benchmarks.kit import (
     cpu_hogs,
     nats_and_sim,
     non_negative_float,
@@ -42,10 +42,10 @@ from benchmarks.kit import (
     positive_int,
     report,
 )
-from benchmarks.mixedproc import command_seed, commands_at_rate, run_process, with_baseline
-from gateway import logs
-from gateway.entry import tune_process
-from gateway.ops.natsserver import NatsServer
+from mavjet.benchmarks.mixedproc import command_seed, commands_at_rate, run_process, with_baseline
+from mavjet.gateway.entry import tune_process
+from mavjet.gateway.runtime import logs
+from mavjet.ops.natsserver import NatsServer
 
 ENV = "bench"
 

@@ -25,12 +25,13 @@ from typing import Any
 import anyio
 from nats.aio.client import Client
 
-from benchmarks import cpuwait
-from benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
-from benchmarks.ingest import _proc_cpu_s
-from benchmarks.kit import percentile, sim_compiled_modules, this_python
-from benchmarks.scrape import OPENMETRICS, get_page_ms
-from benchmarks.workers import (
+from mavjet.benchmarks import cpuwait
+from mavjet.benchmarks.commands import bare_roundtrip_at_rate, open_loop, summary
+from mavjet.benchmarks.compare import ref_main
+from mavjet.benchmarks.ingest import _proc_cpu_s
+from mavjet.benchmarks.kit import percentile, sim_compiled_modules, this_python
+from mavjet.benchmarks.scrape import OPENMETRICS, get_page_ms
+from mavjet.benchmarks.workers import (
     _buckets,
     _family,
     _loadavg,
@@ -42,18 +43,18 @@ from benchmarks.workers import (
     log_tail,
     stop_gateway,
 )
-from gateway.config import DEFAULT_RATES_HZ
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import CMD_STREAM
-from gateway.ops.client import CommandClient
-from gateway.ops.compile import compiled_modules
-from gateway.ops.natsserver import NatsServer, free_port
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from sim.stepmode import in_step_from_env
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import CMD_STREAM
+from mavjet.gateway.config import DEFAULT_RATES_HZ
+from mavjet.ops.client import CommandClient
+from mavjet.ops.compile import compiled_modules
+from mavjet.ops.natsserver import NatsServer, free_port
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.sim.stepmode import in_step_from_env
 
 ENV = "bench"
-# `python -m gateway` of whichever build is first on the path (a --gateway-ref worktree's, or this one).
-_GATEWAY_MAIN = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+# `python -m mavjet.ops` of whichever build is first on the path (a --gateway-ref worktree's, or this one).
+_GATEWAY_MAIN = "import sys; from mavjet.ops.cli import main; sys.exit(main(sys.argv[1:]))"
 MODE = "STABILIZE"  # the sim accepts any mode while disarmed, as ArduCopter does: a harmless command
 
 
@@ -234,7 +235,7 @@ async def run_process(args: argparse.Namespace, server: NatsServer, sim_pid: int
     env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
     with (Path(tmp) / "gateway-mixed.log").open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            *this_python(), "-c", _GATEWAY_MAIN, "gateway", "--config", str(conf), "--metrics-port", str(port),
+            *this_python(), "-c", _GATEWAY_MAIN if tree is None else ref_main(tree), "gateway", "--config", str(conf), "--metrics-port", str(port),
             "--no-shadow", "--log-level", "warning", "--log-json",
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=env,
             cwd=str(tree) if tree is not None else None,

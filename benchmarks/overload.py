@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kit import (
+from mavjet.benchmarks.kit import (
     cpu_hogs,
     non_negative_float,
     non_negative_int,
@@ -83,7 +83,7 @@ def verdict(at_knee: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _point(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out = tmp / f"ingest-{n}.json"
-    cmd = [*this_python(), "-m", "gateway", "bench", "ingest", "--vehicles", str(n), "--duration", str(args.duration),
+    cmd = [*this_python(), "-m", "mavjet.ops", "bench", "ingest", "--vehicles", str(n), "--duration", str(args.duration),
            "--warmup", str(args.warmup), "--baseline-seconds", "1", *(["--shaping"] if args.shaping else []),
            "--json", str(out)]
     res = run_json(f"{n} vehicles", cmd, cwd=Path.cwd(), env=dict(os.environ), out=out)

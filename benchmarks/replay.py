@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from analytics.options import SourceOptions
-from analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
-from benchmarks.kit import positive_int
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import EVENTS_STREAM
+from mavjet.analytics.options import SourceOptions
+from mavjet.analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
+from mavjet.benchmarks.kit import positive_int
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import EVENTS_STREAM
 
 EVENTS_PER_VEHICLE_DAY = 16  # what sim audit generates with its defaults (measured: ~16.6)
 ENV = "bench"
@@ -41,8 +41,8 @@ END_TO_END_GOAL_S = 60.0  # issue 16: 1M events end to end on local[2]
 
 async def _fill(url: str, events: int, seed: int) -> dict[str, Any]:
 
-    from analytics.synth import AuditConfig, Truth, default_end_ns, publish
-    from gateway.ops.synth import ensure_stream
+    from mavjet.analytics.synth import AuditConfig, Truth, default_end_ns, publish
+    from mavjet.ops.synth import ensure_stream
 
     days = 90
     vehicles = max(1, math.ceil(events / (days * EVENTS_PER_VEHICLE_DAY)) + 1)
@@ -65,7 +65,7 @@ async def _ceiling_count(url: str, first: int, last: int) -> float:
     """Seconds for one ordered-consumer callback to receive [first, last], doing nothing else."""
     from nats.js import api
 
-    from analytics.natsread import _seq_and_pending
+    from mavjet.analytics.natsread import _seq_and_pending
 
     nc = await open_client(url, connect_timeout=5)
     done = asyncio.Event()
@@ -95,7 +95,7 @@ async def _ceiling_count(url: str, first: int, last: int) -> float:
 
 def _ceiling_decode(url: str, first: int, last: int) -> tuple[float, int]:
     """Seconds for the data source's own range reader (callback + decode to columns), one process."""
-    from analytics.natsread import iter_range
+    from mavjet.analytics.natsread import iter_range
 
     opts = SourceOptions(url=url, batch_rows=50_000)
     t0 = time.perf_counter()
@@ -124,7 +124,7 @@ def run(
     Without `spark`, a session is started (and timed) for the source reads and
     stopped before the end-to-end replay; a session passed in is used and left
     running. The replay always runs in a process of its own, started cold."""
-    from analytics.session import get_spark
+    from mavjet.analytics.session import get_spark
 
     def stage(name: str) -> None:
         if on_stage is not None:
@@ -198,10 +198,10 @@ def run(
 
 
 def _class_archive_state() -> str:
-    """What the replay's JVM will do with the class-data archive (analytics.classcache):
+    """What the replay's JVM will do with the class-data archive (mavjet.analytics.classcache):
     `used`, `recorded` (first run: its exit includes the dump) or `off`."""
-    from analytics.classcache import archive_options
-    from analytics.session import DEFAULT_JVM_OPTIONS
+    from mavjet.analytics.classcache import archive_options
+    from mavjet.analytics.session import DEFAULT_JVM_OPTIONS
 
     opts, tmp, _ = archive_options(DEFAULT_JVM_OPTIONS)
     return "off" if not opts else "recorded" if tmp is not None else "used"
@@ -213,7 +213,7 @@ def _replay_process(
     """Run `mavjet replay` in a fresh interpreter; its summary (stdout JSON) and wall seconds.
 
     Its progress lines (stderr) pass through, so a long run shows where it is."""
-    cmd = [sys.executable, "-m", "gateway.cli", "replay", "--nats", url, "--env", ENV, "--master", master,
+    cmd = [sys.executable, "-m", "mavjet.ops.cli", "replay", "--nats", url, "--env", ENV, "--master", master,
            "--out", out_dir, "--driver-memory", driver_memory]
     if partitions:
         cmd += ["--partitions", str(partitions)]
@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gateway.ops.natsserver import NatsServer
+    from mavjet.ops.natsserver import NatsServer
 
     def on_stage(name: str, res: dict[str, Any]) -> None:
         print(_line(name, res), flush=True)

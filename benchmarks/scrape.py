@@ -8,7 +8,7 @@ one `GatewayMetrics` with N vehicles' link counters twice on loopback and
 times real HTTP GETs of each, alternating, in both formats Prometheus asks
 for (OpenMetrics first, then text):
 
-- the page as served (gateway/linkmetrics.py formats the per-vehicle
+- the page as served (gateway/runtime/linkmetrics.py formats the per-vehicle
   families itself);
 - baseline, in the same run: the same registry served by prometheus_client's
   own app, which formats every series (what the gateway served before).
@@ -29,10 +29,10 @@ from typing import Any
 
 from prometheus_client import make_wsgi_app
 
-from benchmarks.kit import percentile, positive_int, report
-from drivers.mavlink.link import LinkState
-from drivers.mavlink.session import LinkHealth
-from gateway.metrics import GatewayMetrics, serve_app
+from mavjet.benchmarks.kit import percentile, positive_int, report
+from mavjet.drivers.mavlink.link import LinkState
+from mavjet.drivers.mavlink.session import LinkHealth
+from mavjet.gateway.runtime.metrics import GatewayMetrics, serve_app
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"  # Prometheus' Accept
 FORMATS = {"openmetrics": OPENMETRICS, "text": "text/plain;version=0.0.4"}

@@ -23,18 +23,24 @@ from typing import Any
 import anyio
 import nats
 
-from benchmarks.kit import non_negative_float, percentile, positive_float, positive_int, report
-from drivers.mavlink.link import LinkConfig
-from drivers.mavlink.transport import Endpoint
-from gateway import logs
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions, open_client
-from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.shadow.config import ShadowConfig
-from gateway.shadow.service import ShadowService
+from mavjet.benchmarks.kit import (
+    non_negative_float,
+    percentile,
+    positive_float,
+    positive_int,
+    report,
+)
+from mavjet.contract.natsconn import NatsOptions, open_client
+from mavjet.contract.subjects import SHADOW_BUCKET, shadow_key
+from mavjet.drivers.mavlink.link import LinkConfig
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.runtime import logs
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.shadow.service import ShadowService
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 
@@ -61,7 +67,7 @@ async def bare_kv(url: str, ops: int) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace, server: NatsServer, state_dir: Path) -> dict[str, Any]:
-    from sim.fleet import SimConfig, SimFleet
+    from mavjet.sim.fleet import SimConfig, SimFleet
 
     nc = await open_client(server.url)
     await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))

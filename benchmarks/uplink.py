@@ -38,8 +38,8 @@ import anyio
 import msgpack
 from nats.aio.msg import Msg
 
-from benchmarks.commands import commands_ready
-from benchmarks.kit import (
+from mavjet.benchmarks.commands import commands_ready
+from mavjet.benchmarks.kit import (
     nats_and_sim,
     non_negative_float,
     percentile,
@@ -47,20 +47,20 @@ from benchmarks.kit import (
     positive_int,
     report,
 )
-from benchmarks.linkproxy import LinkProfile, LinkProxy, OutageKind
-from drivers.mavlink.transport import Endpoint
-from gateway import logs
-from gateway.commands.consumer import CommandService
-from gateway.commands.logs import LogDownloadService
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions, open_client
-from gateway.contract.subjects import event_filter, state_filter
-from gateway.daemon import Gateway
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.spool import Spool
-from gateway.uplink import UplinkConfig
+from mavjet.benchmarks.linkproxy import LinkProfile, LinkProxy, OutageKind
+from mavjet.contract.natsconn import NatsOptions, open_client
+from mavjet.contract.subjects import event_filter, state_filter
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.commands.logs import LogDownloadService
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.publish.uplink import UplinkConfig
+from mavjet.gateway.runtime import logs
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 SEQ_KEY = "bench_seq"

@@ -26,13 +26,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.ingest import OrderCheck, _proc_cpu_s
-from benchmarks.kit import nats_and_sim, report, this_python
-from gateway import logs
-from gateway.config import DEFAULT_RATES_HZ
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer, free_port
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.benchmarks.ingest import OrderCheck, _proc_cpu_s
+from mavjet.benchmarks.kit import nats_and_sim, report, this_python
+from mavjet.contract.natsconn import open_client
+from mavjet.gateway.config import DEFAULT_RATES_HZ
+from mavjet.gateway.runtime import logs
+from mavjet.ops.natsserver import NatsServer, free_port
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 
@@ -161,7 +161,7 @@ async def run_one(args: argparse.Namespace, workers: int, rig: Rig) -> dict[str,
     log_path = Path(tmp) / f"gateway-{workers}.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            *this_python(), "-m", "gateway", "gateway", "--config", str(conf), "--metrics-port", str(port),
+            *this_python(), "-m", "mavjet.ops", "gateway", "--config", str(conf), "--metrics-port", str(port),
             "--no-commands", "--no-shadow", "--log-level", "warning",
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
         )

@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from drivers.mavlink.command import CommandConfig as MavCommandConfig
-from drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
-from drivers.mavlink.runner import ProtocolConfig
-from drivers.mavlink.transport import Endpoint
-from gateway.budget import EventBudgetConfig
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import DEFAULT_NATS, NatsOptions
-from gateway.contract.subjects import STATE_CHANNELS, check_token
-from gateway.shadow.config import ShadowConfig
-from gateway.uplink import UplinkConfig
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.natsconn import DEFAULT_NATS, NatsOptions
+from mavjet.contract.subjects import STATE_CHANNELS, check_token
+from mavjet.drivers.mavlink.command import CommandConfig as MavCommandConfig
+from mavjet.drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
+from mavjet.drivers.mavlink.runner import ProtocolConfig
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.publish.uplink import UplinkConfig
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.twin.budget import EventBudgetConfig
 
 DEFAULT_RATES_HZ: dict[str, float] = {
     "position": 10.0, "attitude": 10.0, "battery": 1.0, "gps": 1.0, "status": 1.0, "link": 1.0,
@@ -169,7 +169,7 @@ class GatewayConfig:
     commands: CommandsConfig = field(default_factory=CommandsConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     event_budget: EventBudgetConfig = field(default_factory=EventBudgetConfig)
-    uplink: UplinkConfig = field(default_factory=UplinkConfig)  # link-adaptive shaping (gateway/uplink.py)
+    uplink: UplinkConfig = field(default_factory=UplinkConfig)  # link-adaptive shaping (gateway/publish/uplink.py)
     state_dir: Path = Path(".mavjet/state")
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
@@ -185,8 +185,8 @@ class GatewayConfig:
     uvloop: bool = False
     routes: tuple[RouteConfig, ...] = ()
     tunnel: bool = False  # raw MAVLink over core NATS for every vehicle (a vehicle's `tunnel` overrides)
-    track_hz: float = 1.0  # the flight recorder: position samples per second while armed (gateway/recorder.py); 0: off
-    workers: int = 1  # processes splitting the fleet (gateway/workers.py); 1: the single-process daemon
+    track_hz: float = 1.0  # the flight recorder: position samples per second while armed (gateway/stores/recorder.py); 0: off
+    workers: int = 1  # processes splitting the fleet (gateway/runtime/workers.py); 1: the single-process daemon
 
     def __post_init__(self) -> None:
         check_token("env", self.env)

@@ -22,17 +22,17 @@ import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
-from drivers.mavlink.reactor import set_urgent
-from drivers.mavlink.udphub import UdpHub
-from gateway.clock import GatewayClock
-from gateway.config import GatewayConfig
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
-from gateway.recorder import TrackRecorder
-from gateway.samples import ReadyStates, StateSample
-from gateway.services import Foreground, GatewayService, ServiceContext
-from gateway.spool import Spool
-from gateway.vehicle import VehicleTwin, collect_fleet_due, collect_fleet_links
+from mavjet.drivers.mavlink.reactor import set_urgent
+from mavjet.drivers.mavlink.udphub import UdpHub
+from mavjet.gateway.config import GatewayConfig
+from mavjet.gateway.publish.publisher import Publisher
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.gateway.services import Foreground, GatewayService, ServiceContext
+from mavjet.gateway.stores.recorder import TrackRecorder
+from mavjet.gateway.twin.clock import GatewayClock
+from mavjet.gateway.twin.samples import ReadyStates, StateSample
+from mavjet.gateway.twin.vehicle import VehicleTwin, collect_fleet_due, collect_fleet_links
 
 log = structlog.get_logger("mavjet.gateway")
 # The longest the fleet-wide state tick holds the event loop before it yields (see `_ticker`):
@@ -144,13 +144,13 @@ class Gateway:
         self.hubs: dict[str, UdpHub] = {}
         for v in cfg.vehicles:
             if v.endpoint.scheme == "udp" and v.sysid is not None and str(v.endpoint) not in self.hubs:
-                # `hub_sockets`: a worker's share of a port its parent bound (gateway/workers.py).
+                # `hub_sockets`: a worker's share of a port its parent bound (gateway/runtime/workers.py).
                 self.hubs[str(v.endpoint)] = UdpHub(v.endpoint, bound=(hub_sockets or {}).get(str(v.endpoint)))
         # Samples due when they arrived, queued by the twins for the next tick (the common case), and
         # twins holding a sample not yet due: the ticker publishes the first and visits only these.
         self._ready = ReadyStates()
         self._dirty: set[VehicleTwin] = set()
-        # The one clock of every state sample and event time (gateway/clock.py).
+        # The one clock of every state sample and event time (gateway/twin/clock.py).
         self.clock = GatewayClock()
         self.twins = {
             v.vid: VehicleTwin(v, cfg, self.publisher, self.metrics, hub=self.hubs.get(str(v.endpoint)),
@@ -170,12 +170,12 @@ class Gateway:
         self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics,
                                       bulk=self.publisher.uplink, foreground=Foreground(on_change=_urgent))
         self._add_routes()
-        if cfg.track_hz > 0:  # the flight recorder (gateway/recorder.py): TWIN_TRACKS while armed
+        if cfg.track_hz > 0:  # the flight recorder (gateway/stores/recorder.py): TWIN_TRACKS while armed
             self.services.append(TrackRecorder(cfg))
 
     def _add_routes(self) -> None:
         """Ground stations through the gateway (gateway/routes.py): `--route` endpoints and the NATS tunnel."""
-        from gateway.routes import RouteService, TunnelService
+        from mavjet.gateway.routes import RouteService, TunnelService
 
         taps = {vid: t.link for vid, t in self.twins.items()}
         locks = {vid: t.session.transfer_lock for vid, t in self.twins.items()}
@@ -238,7 +238,7 @@ class Gateway:
                 due: list[StateSample] = []
                 steps = _TickSteps(foreground, budget)
                 i = 0
-                while i < len(batch):  # in steps (gateway/vehicle.py collect_fleet_due)
+                while i < len(batch):  # in steps (gateway/twin/vehicle.py collect_fleet_due)
                     i = collect_fleet_due(batch, i, now_ns, due, dirty=dirty, end_s=steps.end_s)
                     if i < len(batch):
                         if due:
@@ -295,12 +295,12 @@ class Gateway:
 
     async def run(self) -> None:
         """Run until `request_stop()` (or cancellation); then shut down cleanly."""
-        if self._metrics_socket is not None:  # a `--workers` worker: the supervisor's socket (gateway/workers.py)
+        if self._metrics_socket is not None:  # a `--workers` worker: the supervisor's socket (gateway/runtime/workers.py)
             self.metrics_port = self.metrics.serve_on(self._metrics_socket)
         elif self.cfg.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.cfg.metrics_host, self.cfg.metrics_port)
         try:
-            from gateway.sdnotify import Notifier
+            from mavjet.gateway.runtime.sdnotify import Notifier
 
             self._notifier = Notifier.from_env(os.environ)
         except ImportError:
@@ -346,12 +346,12 @@ class Gateway:
 def with_services(gw: Gateway, *, commands: bool = True, shadow: bool = True) -> Gateway:
     """Add the command executor (TWIN_CMD) and the shadow reconciler (TWIN_SHADOW)."""
     if commands:
-        from gateway.commands.consumer import CommandService
-        from gateway.commands.logs import LogDownloadService
+        from mavjet.gateway.commands.consumer import CommandService
+        from mavjet.gateway.commands.logs import LogDownloadService
 
         gw.services.extend([CommandService(), LogDownloadService()])
     if shadow:
-        from gateway.shadow.service import ShadowService
+        from mavjet.gateway.shadow.service import ShadowService
 
         gw.services.append(ShadowService(gw.cfg.shadow))
     return gw

@@ -4,7 +4,7 @@
 would only fail later (`preflight`: exit 2 with one line), and runs `serve`:
 the `Gateway` with its services, the signal handling, and the process-wide
 settings (`tune_process`) once the gateway is ready. With `--workers N` it
-starts the workers' supervisor instead (gateway/workers.py).
+starts the workers' supervisor instead (gateway/runtime/workers.py).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from pathlib import Path
 import anyio
 import structlog
 
-from drivers.mavlink.dialect import fastcrc_available
-from gateway import logs
-from gateway.config import GatewayConfig, load_toml, resolve_config
-from gateway.contract import natsconn
-from gateway.contract.errors import ConfigError, MavjetError
-from gateway.contract.redact import redact
-from gateway.daemon import Gateway, with_services
-from gateway.layout import check_layout
+from mavjet.contract import natsconn
+from mavjet.contract.errors import ConfigError, MavjetError
+from mavjet.contract.redact import redact
+from mavjet.drivers.mavlink.dialect import fastcrc_available
+from mavjet.gateway.config import GatewayConfig, load_toml, resolve_config
+from mavjet.gateway.daemon import Gateway, with_services
+from mavjet.gateway.runtime import logs
+from mavjet.gateway.runtime.layout import check_layout
 
 log = structlog.get_logger("mavjet.gateway")
 
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> GatewayConfig:
-    """flag > environment > file > default, resolved in `gateway.config.resolve_config`."""
+    """flag > environment > file > default, resolved in `mavjet.gateway.config.resolve_config`."""
     return resolve_config(load_toml(args.config), flags=vars(args), environ=environ)
 
 
@@ -184,8 +184,8 @@ def main(argv: list[str]) -> int:
     metrics_socket: socket.socket | None = None
     try:
         cfg = config_from_args(args)
-        if args.worker_slot is not None:  # one of `--workers`' processes: its slice of the fleet (gateway/workers.py)
-            from gateway.workers import worker_setup
+        if args.worker_slot is not None:  # one of `--workers`' processes: its slice of the fleet (gateway/runtime/workers.py)
+            from mavjet.gateway.runtime.workers import worker_setup
 
             cfg, hub_sockets, metrics_socket = worker_setup(cfg, args.worker_slot, os.environ)
         preflight(cfg)
@@ -198,8 +198,8 @@ def main(argv: list[str]) -> int:
         print("mavjet gateway: fastcrc is missing (MAVLink decoding would be 2x slower); "
               "reinstall mavjet with its dependencies", file=sys.stderr)
         return 2
-    if cfg.workers > 1:  # the supervisor: starts the workers, serves one /metrics (gateway/workers.py)
-        from gateway.workers import supervise
+    if cfg.workers > 1:  # the supervisor: starts the workers, serves one /metrics (gateway/runtime/workers.py)
+        from mavjet.gateway.runtime.workers import supervise
 
         return supervise(cfg, argv)
     backend_options = {"use_uvloop": True} if cfg.uvloop else {}

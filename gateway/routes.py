@@ -2,11 +2,11 @@
 
 On a companion computer the gateway owns the autopilot's port, so it also
 does mavlink-router's job. Per vehicle a `RouteHub` taps the link's raw
-frames (`drivers.mavlink.link.FrameTap`) and:
+frames (`mavjet.drivers.mavlink.link.FrameTap`) and:
 
 - sends every vehicle frame, as received (a signed frame keeps its
   signature), to every route whose filter accepts its source
-  (`drivers.mavlink.router.Router`, with mavlink-router's loop prevention);
+  (`mavjet.drivers.mavlink.router.Router`, with mavlink-router's loop prevention);
 - forwards every frame a route sends to the vehicle, untouched, through one
   task that also keeps transfers apart;
 - forwards a route's frame to the other routes of the same hub as
@@ -31,7 +31,7 @@ Commands (COMMAND_LONG) need no guard: each carries its own ACK.
 `RouteService` serves the socket routes of the config, `TunnelService` the
 core NATS subjects `fleet.<env>.veh.<vid>.mav.down` (every vehicle frame,
 batched per wake-up) and `.mav.up` (frames for the vehicle) of each vehicle
-with `tunnel` enabled; `mavjet tunnel` (gateway/ops/tunnel.py) is the
+with `tunnel` enabled; `mavjet tunnel` (ops/tunnel.py) is the
 operator's end.
 """
 
@@ -47,9 +47,11 @@ from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from drivers.mavlink.link import FrameTap
-from drivers.mavlink.routeports import RoutePort, open_route_port
-from drivers.mavlink.router import (
+from mavjet.contract.errors import LinkError
+from mavjet.contract.subjects import mav_down_subject, mav_up_subject
+from mavjet.drivers.mavlink.link import FrameTap
+from mavjet.drivers.mavlink.routeports import RoutePort, open_route_port
+from mavjet.drivers.mavlink.router import (
     FrameSplitter,
     RouteFilter,
     Router,
@@ -60,10 +62,8 @@ from drivers.mavlink.router import (
     refusal,
     transfer_step,
 )
-from gateway.config import RouteConfig
-from gateway.contract.errors import LinkError
-from gateway.contract.subjects import mav_down_subject, mav_up_subject
-from gateway.services import ServiceContext
+from mavjet.gateway.config import RouteConfig
+from mavjet.gateway.services import ServiceContext
 
 log = structlog.get_logger("mavjet.routes")
 

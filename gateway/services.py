@@ -6,7 +6,7 @@ started and cancels it at shutdown. Everything a service may use comes in the
 `ServiceContext`, explicitly:
 
 - `ctx.vehicles`: a `VehicleHandle` per vehicle: its MAVLink `Session`
-  (drivers.mavlink.session), a read-only view of its telemetry, its event
+  (mavjet.drivers.mavlink.session), a read-only view of its telemetry, its event
   stream, and the one way to publish an event for it;
 - `ctx.nats`: the gateway's NATS connection (JetStream handle, readiness) and
   its event spool;
@@ -31,12 +31,12 @@ from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from drivers.mavlink.modes import ModeTable
-from drivers.mavlink.session import Session
-from gateway.config import GatewayConfig
-from gateway.metrics import GatewayMetrics
-from gateway.telemetry import Event
-from gateway.uplink import BulkPacer
+from mavjet.drivers.mavlink.modes import ModeTable
+from mavjet.drivers.mavlink.session import Session
+from mavjet.gateway.config import GatewayConfig
+from mavjet.gateway.publish.uplink import BulkPacer
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.gateway.twin.telemetry import Event
 
 __all__ = [
     "EventBus",
@@ -199,7 +199,7 @@ class NatsAccess(Protocol):
 
 class Foreground:
     """Work that must not wait behind state, counted while it runs (a command between its delivery
-    and its result): meanwhile the fleet's state tick yields in shorter steps (`gateway.daemon`),
+    and its result): meanwhile the fleet's state tick yields in shorter steps (`mavjet.gateway.daemon`),
     and `on_change(True)` / `on_change(False)` say when the first starts and the last ends (the
     daemon shortens the fleet's read passes with it: drivers/mavlink/reactor.py `set_urgent`)."""
 
@@ -230,7 +230,7 @@ class ServiceContext:
     vehicles: Mapping[str, VehicleHandle]
     nats: NatsAccess
     metrics: GatewayMetrics
-    bulk: BulkPacer | None = None  # paces bulk transfers on a thin uplink (gateway/uplink.py)
+    bulk: BulkPacer | None = None  # paces bulk transfers on a thin uplink (gateway/publish/uplink.py)
     foreground: Foreground = field(default_factory=Foreground)
 
     async def jetstream(self) -> tuple[Client, JetStreamContext]:

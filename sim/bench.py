@@ -34,7 +34,7 @@ from typing import Any
 from fastcrc.crc16 import mcrf4xx as _crc
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from sim.cli import compiled_from_ready
+from mavjet.sim.cli import compiled_from_ready
 
 FAST = (mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT, mavlink2.MAVLINK_MSG_ID_ATTITUDE)
 SLOW = (
@@ -125,7 +125,7 @@ async def bench(vehicles: int, duration_s: float, fast_hz: float, slow_hz: float
     # -P passed on: run from a compiled copy (`PYTHONPATH=DIR python -P ...`, mavjet compile --sim), the
     # simulator measured must be that copy's, not the sources of whatever directory this runs in.
     safe_path = ["-P"] if sys.flags.safe_path else []
-    cmd = [sys.executable, *safe_path, "-m", "sim.cli", "--vehicles", str(vehicles), "--base-port", "0", "--stats", "1"]
+    cmd = [sys.executable, *safe_path, "-m", "mavjet.sim.cli", "--vehicles", str(vehicles), "--base-port", "0", "--stats", "1"]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     stats: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """`mavjet sim`: simulated vehicles as a separate process.
 
     mavjet sim --vehicles 3 [--base-port 5760] [--speedup 5] [--sortie] [--loss 0.01]
-    mavjet sim bench ...    (how many vehicles this sim sustains, see sim.bench)
+    mavjet sim bench ...    (how many vehicles this sim sustains, see mavjet.sim.bench)
 
 Prints one line per vehicle once it listens (`vehicle sysid=1
 endpoint=tcp:127.0.0.1:5760`), then `ready vehicles=N`, so a parent process
@@ -24,9 +24,9 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from gateway.contract.errors import ConfigError, LinkError
-from sim.fleet import SimConfig, SimFleet
-from sim.stepmode import IN_STEP_ENV, in_step_from_env
+from mavjet.contract.errors import ConfigError, LinkError
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.stepmode import IN_STEP_ENV, in_step_from_env
 
 _IN_PROGRESS_NAMES = {
     "takeoff": mavlink2.MAV_CMD_NAV_TAKEOFF,
@@ -97,7 +97,7 @@ def compiled_modules() -> int:
     """How many of the simulator's imported modules are C extensions (a compiled tick path)."""
     suffixes = tuple(EXTENSION_SUFFIXES)
     return sum(1 for name, mod in list(sys.modules.items())
-               if name.startswith("sim.") and str(getattr(mod, "__file__", "")).endswith(suffixes))
+               if name.startswith("mavjet.sim.") and str(getattr(mod, "__file__", "")).endswith(suffixes))
 
 
 def compiled_from_ready(line: str) -> int:
@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
         print("mavjet sim audit: moved to `mavjet synth` (same options)", file=sys.stderr)
         return 2
     if argv and argv[0] == "bench":
-        from sim import bench
+        from mavjet.sim import bench
 
         rc_bench: int = bench.main(argv[1:])
         return rc_bench

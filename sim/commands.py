@@ -1,6 +1,6 @@
 """Commands a vehicle model answers: COMMAND_LONG, COMMAND_INT and SET_MODE.
 
-Part of `sim.model.VehicleModel`, which keeps the state and the message
+Part of `mavjet.sim.model.VehicleModel`, which keeps the state and the message
 dispatch; this module is its command desk: recognising retransmissions
 (answered again, not acted on twice), results forced by `reject_next`,
 IN_PROGRESS answers and their final ACK, and one function per MAV_CMD
@@ -17,11 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sim import control, flight, streams, telemetry
-from sim.consts import ACCEPTED, DENIED, FAILED, IN_PROGRESS, TEMP_REJECTED, UNSUPPORTED, R
+from mavjet.sim import control, flight, streams, telemetry
+from mavjet.sim.consts import ACCEPTED, DENIED, FAILED, IN_PROGRESS, TEMP_REJECTED, UNSUPPORTED, R
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
 MAX_EXECUTIONS: Final = 10_000  # the record keeps at least this many recent commands

@@ -1,12 +1,12 @@
 """Arming and flight modes: the flight API of a vehicle model.
 
-Part of `sim.model.VehicleModel` (which keeps the state and exposes `arm`,
+Part of `mavjet.sim.model.VehicleModel` (which keeps the state and exposes `arm`,
 `disarm`, `set_mode`, `takeoff` and `goto` to ground-station commands and the
 built-in sortie): ArduCopter's and PX4's pre-arm checks and the texts they
 print, mode-entry rules (ArduCopter accepts any mode while disarmed; PX4's
 Commander checks a mode's requirements either way), DO_SET_MODE/SET_MODE
 decoding for both flavours, and what entering a mode starts (RTL, AUTO).
-Functions over the model, not a mixin: see `sim.commands`.
+Functions over the model, not a mixin: see `mavjet.sim.commands`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final
 
-from sim import failsafe, flight, stores, telemetry
-from sim.consts import (
+from mavjet.sim import failsafe, flight, stores, telemetry
+from mavjet.sim.consts import (
     ACCEPTED,
     DENIED,
     FAILED,
@@ -26,10 +26,10 @@ from sim.consts import (
     UNSUPPORTED,
     R,
 )
-from sim.modes import Mode, px4_custom
+from mavjet.sim.modes import Mode, px4_custom
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 BATTERY_CHECK_S: Final = 0.5  # sim seconds between battery failsafe checks
 
@@ -186,7 +186,7 @@ def set_mode_raw(v: VehicleModel, base_mode: float, custom: int, sub: int | None
 def set_mode_px4(v: VehicleModel, base: int, main: int, sub: int) -> int:
     """Commander::handle_command(DO_SET_MODE): AUTO with sub 0 is AUTO.MISSION; a main mode it does not know,
     or no custom flag and no base flag it maps, changes nothing and is ACCEPTED; an unknown AUTO sub mode and
-    a refused switch are TEMPORARILY_REJECTED (the sim's FAILED, mapped in `sim.commands.command`)."""
+    a refused switch are TEMPORARILY_REJECTED (the sim's FAILED, mapped in `mavjet.sim.commands.command`)."""
     if base & R.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED:
         if main == PX4_MAIN_AUTO and sub == 0:
             sub = 4

@@ -1,10 +1,10 @@
 """Battery and fence failsafes of a vehicle model, with ArduCopter's thresholds and actions.
 
-Part of `sim.model.VehicleModel`, which keeps the state and runs these checks
-from `sim.control.checks`. Battery levels come from BATT_* voltage and mAh
+Part of `mavjet.sim.model.VehicleModel`, which keeps the state and runs these checks
+from `mavjet.sim.control.checks`. Battery levels come from BATT_* voltage and mAh
 thresholds (BATT_FS_*_ACT numbering for the action); the fence from
 FENCE_TYPE (altitude, home circle, uploaded inclusion polygons) and
-FENCE_ACTION. Functions over the model, not a mixin: see `sim.commands`.
+FENCE_ACTION. Functions over the model, not a mixin: see `mavjet.sim.commands`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sim import control, geo, streams, telemetry
-from sim.consts import R
-from sim.missions import FENCE
+from mavjet.sim import control, geo, streams, telemetry
+from mavjet.sim.consts import R
+from mavjet.sim.missions import FENCE
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 
 @dataclass(slots=True)

@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
 
-from gateway.contract.errors import ConfigError
-from sim import geo
-from sim.encoder import Encoder
-from sim.model import VehicleOptions
-from sim.modes import FLAVOURS
-from sim.sortie import Sortie
-from sim.vehicle import SimVehicle
+from mavjet.contract.errors import ConfigError
+from mavjet.sim import geo
+from mavjet.sim.encoder import Encoder
+from mavjet.sim.model import VehicleOptions
+from mavjet.sim.modes import FLAVOURS
+from mavjet.sim.sortie import Sortie
+from mavjet.sim.vehicle import SimVehicle
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """How a vehicle model moves: kinematics, RTL and flying the AUTO mission.
 
-Part of `sim.model.VehicleModel`, which keeps the state; `physics(v, dt)` is
+Part of `mavjet.sim.model.VehicleModel`, which keeps the state; `physics(v, dt)` is
 its per-step motion. Deliberately simple: straight lines at a constant
 speed, climbs and descents at the WPNAV_/LAND_ rates, no wind, no
 acceleration. AUTO follows ArduCopter: home at seq 0, DO_ items done at
 once, one navigation item per step, and MISSION_ITEM_REACHED coalesced as a
 real ArduCopter sends it. Functions over the model, not a mixin: see
-`sim.commands`.
+`mavjet.sim.commands`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final
 
-from sim import control, geo, telemetry
-from sim.consts import NAV_CMDS_MAX, R
-from sim.missions import SimMissionItem
+from mavjet.sim import control, geo, telemetry
+from mavjet.sim.consts import NAV_CMDS_MAX, R
+from mavjet.sim.missions import SimMissionItem
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 _GLOBAL_AMSL_FRAMES: Final = frozenset({R.MAV_FRAME_GLOBAL, R.MAV_FRAME_GLOBAL_INT})
 

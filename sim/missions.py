@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from sim.px4form import px4_form, px4_refusal
+from mavjet.sim.px4form import px4_form, px4_refusal
 
 MISSION: Final = 0
 FENCE: Final = 1

@@ -16,11 +16,11 @@ simple: straight lines at a constant speed, no wind, no acceleration.
 
 The class keeps the vehicle's state, boot, public API and message dispatch;
 each concern is a module of functions over the model (`v: VehicleModel`):
-`sim.commands` (COMMAND_LONG/INT, SET_MODE: retransmissions, forced and
-IN_PROGRESS results, one function per MAV_CMD), `sim.control` (arming,
-modes, periodic checks), `sim.flight` (kinematics, RTL, AUTO),
-`sim.failsafe` (battery, fence), `sim.stores` (params, mission lists,
-terrain data, logs) and `sim.telemetry` (streams, HEARTBEAT, home).
+`mavjet.sim.commands` (COMMAND_LONG/INT, SET_MODE: retransmissions, forced and
+IN_PROGRESS results, one function per MAV_CMD), `mavjet.sim.control` (arming,
+modes, periodic checks), `mavjet.sim.flight` (kinematics, RTL, AUTO),
+`mavjet.sim.failsafe` (battery, fence), `mavjet.sim.stores` (params, mission lists,
+terrain data, logs) and `mavjet.sim.telemetry` (streams, HEARTBEAT, home).
 Functions rather than mixins: the concerns call each other all the time
 (a command arms, changes mode, moves the mission cursor, sends telemetry),
 and strict mypy cannot type a mixin's `self` as the class that combines it,
@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
 
-from sim import commands, control, failsafe, flight, params, stores, streams, telemetry
-from sim.commands import ExecutedCommand, Pending, Sent
-from sim.consts import FORCEABLE, IN_PROGRESS, PREARM_DISPLAY_S, TIMESYNC_S, R
-from sim.failsafe import FenceState
-from sim.logs import LogServer, default_logs
-from sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
-from sim.modes import Mode, SimFlavour
-from sim.terrain import TerrainServer
+from mavjet.sim import commands, control, failsafe, flight, params, stores, streams, telemetry
+from mavjet.sim.commands import ExecutedCommand, Pending, Sent
+from mavjet.sim.consts import FORCEABLE, IN_PROGRESS, PREARM_DISPLAY_S, TIMESYNC_S, R
+from mavjet.sim.failsafe import FenceState
+from mavjet.sim.logs import LogServer, default_logs
+from mavjet.sim.missions import FENCE, MISSION, MissionServer, SimMissionItem
+from mavjet.sim.modes import Mode, SimFlavour
+from mavjet.sim.terrain import TerrainServer
 
 __all__ = ["ExecutedCommand", "Stats", "VehicleModel", "VehicleOptions"]
 
@@ -125,7 +125,7 @@ class VehicleModel:
         self.alt_m = 0.0  # above home/ground
         self.heading_deg = opts.heading_deg
         self.consumed_mah = 0.0
-        self.sortie: Any = None  # sim.sortie.Sortie when flying the built-in sortie
+        self.sortie: Any = None  # mavjet.sim.sortie.Sortie when flying the built-in sortie
         self.external_control = False  # a ground station has commanded flight: the sortie steps aside
         self.reboot_pending = False
         self.reboots = 0

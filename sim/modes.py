@@ -8,7 +8,7 @@ HEARTBEAT.custom_mode the way the real firmware does:
 - PX4: custom_mode packs main mode in bits 16-23 and sub mode in bits 24-31
   (AUTO.MISSION is main 4, sub 4 → 0x04040000).
 
-Kept separate from `drivers.mavlink.modes` on purpose: the simulator is the
+Kept separate from `mavjet.drivers.mavlink.modes` on purpose: the simulator is the
 gateway's test peer, and a table shared by both could hide a wrong number.
 """
 

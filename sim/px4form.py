@@ -2,7 +2,7 @@
 
 Written from PX4's `MavlinkMissionManager::parse_mavlink_mission_item` and
 `format_mavlink_mission_item` (src/modules/mavlink/mavlink_mission.cpp),
-independently of the gateway's table (`drivers.mavlink.normalise`): the sim
+independently of the gateway's table (`mavjet.drivers.mavlink.normalise`): the sim
 is the gateway's test peer and must not agree with it by construction.
 
 - An item in a global frame (0, 3 or their _INT variants 5, 6) becomes a
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-if TYPE_CHECKING:  # sim.missions imports this module
-    from sim.missions import SimMissionItem
+if TYPE_CHECKING:  # mavjet.sim.missions imports this module
+    from mavjet.sim.missions import SimMissionItem
 
 FENCE: Final = int(M.MAV_MISSION_TYPE_FENCE)
 

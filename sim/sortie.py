@@ -19,10 +19,10 @@ import math
 import random
 from typing import TYPE_CHECKING, Final
 
-from sim import geo
+from mavjet.sim import geo
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 RETRY_S: Final = 3.0
 ACCEPTED: Final = 0

@@ -1,12 +1,12 @@
 """What a ground station reads from and writes to a vehicle model's storage.
 
-Part of `sim.model.VehicleModel`, which keeps the state and dispatches the
+Part of `mavjet.sim.model.VehicleModel`, which keeps the state and dispatches the
 messages here: parameters (PARAM_*, with ArduPilot's and PX4's differing
 index and type rules), the mission/fence/rally lists (the transfer protocol
-itself is `sim.missions.MissionServer`; this is what ArduPilot does around
+itself is `mavjet.sim.missions.MissionServer`; this is what ArduPilot does around
 it: MIS_TOTAL/FENCE_TOTAL/RALLY_TOTAL broadcasts, texts, re-arming AUTO),
-terrain data (`sim.terrain`) and dataflash logs (`sim.logs`). Functions over
-the model, not a mixin: see `sim.commands`.
+terrain data (`mavjet.sim.terrain`) and dataflash logs (`mavjet.sim.logs`). Functions over
+the model, not a mixin: see `mavjet.sim.commands`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from sim import control, flight, params, telemetry
-from sim.consts import R
-from sim.logs import DISARM_TEXT
-from sim.missions import FENCE, MISSION, RALLY, SimMissionItem
-from sim.terrain import TERRAIN_FRAMES
+from mavjet.sim import control, flight, params, telemetry
+from mavjet.sim.consts import R
+from mavjet.sim.logs import DISARM_TEXT
+from mavjet.sim.missions import FENCE, MISSION, RALLY, SimMissionItem
+from mavjet.sim.terrain import TERRAIN_FRAMES
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 NO_INDEX: Final = 65535  # PARAM_VALUE.param_index ArduPilot sends for reads by name, sets and broadcasts
 

@@ -1,13 +1,13 @@
 """What a vehicle model says unasked or on request: streamed telemetry, home, identity.
 
-Part of `sim.model.VehicleModel`, which keeps the state; `sim.streams.Schedule`
+Part of `mavjet.sim.model.VehicleModel`, which keeps the state; `mavjet.sim.streams.Schedule`
 decides when each stream is due and `emit(v, msg_id)` produces it. Hot
-streams are appended to `v.out` as `(Packer, values)` for `sim.encoder`;
+streams are appended to `v.out` as `(Packer, values)` for `mavjet.sim.encoder`;
 the rest as pymavlink messages. HEARTBEAT's base_mode and system_status
 follow ArduCopter's GCS_MAVLINK_Copter and PX4's mode_util as recorded.
 Also the link-level inputs that only touch telemetry (HEARTBEAT, TIMESYNC,
 REQUEST_DATA_STREAM). Functions over the model, not a mixin: see
-`sim.commands`.
+`mavjet.sim.commands`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Final
 
-from sim import encoder as enc
-from sim import failsafe, stores, streams
-from sim.consts import PX4_MAIN_AUTO, R
-from sim.missions import SimMissionItem
+from mavjet.sim import encoder as enc
+from mavjet.sim import failsafe, stores, streams
+from mavjet.sim.consts import PX4_MAIN_AUTO, R
+from mavjet.sim.missions import SimMissionItem
 
 if TYPE_CHECKING:
-    from sim.model import VehicleModel
+    from mavjet.sim.model import VehicleModel
 
 # ArduCopter's HEARTBEAT sets GUIDED_ENABLED while its horizontal position controller runs: always in
 # GUIDED and LAND (seen after a LAND's disarm too), in the other position modes only while armed (RTL

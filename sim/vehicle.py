@@ -44,10 +44,10 @@ from typing import Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from gateway.contract.errors import LinkError
-from sim.encoder import Encoder, Packer
-from sim.model import VehicleModel, VehicleOptions
-from sim.signing import Check, VehicleSigning
+from mavjet.contract.errors import LinkError
+from mavjet.sim.encoder import Encoder, Packer
+from mavjet.sim.model import VehicleModel, VehicleOptions
+from mavjet.sim.signing import Check, VehicleSigning
 
 log = logging.getLogger(__name__)
 

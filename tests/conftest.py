@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 # Spark sessions in tests start without the JVM class-data archive (analytics/classcache.py): the suite
 # must not write a 160 MB archive into the user's cache, nor wait for its dump at exit.

@@ -13,40 +13,34 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gateway", "drivers", "sim", "analytics", "benchmarks")
 
-# layer -> layers it may import (itself always allowed). Order: most specific prefix first.
-LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("gateway.contract", frozenset()),
-    ("gateway.ops", frozenset({"gateway.contract", "drivers", "gateway.daemon", "analytics", "gateway.root"})),
-    ("gateway.cli", frozenset({"gateway.root"})),
-    ("gateway.root", frozenset()),
-    ("gateway", frozenset({"gateway.contract", "drivers", "gateway.root"})),
-    ("drivers", frozenset({"gateway.contract", "gateway.root"})),
-    ("sim", frozenset({"gateway.contract", "gateway.root"})),
-    ("analytics", frozenset({"gateway.contract", "gateway.root"})),
-    ("benchmarks", frozenset({"gateway.contract", "gateway.ops", "gateway.daemon", "drivers", "sim", "analytics", "gateway.root"})),
-)
-
-
-def layer_of(module: str) -> str:
-    if module == "gateway":
-        return "gateway.root"  # the package's light __init__ (version only)
-    if module == "gateway.__main__":
-        return "gateway.cli"
-    for name in ("gateway.contract", "gateway.ops", "gateway.cli"):
-        if module == name or module.startswith(name + "."):
-            return name
-    top = module.split(".", 1)[0]
-    return "gateway.daemon" if top == "gateway" else top
+# Folder = layer: each top-level folder below is one layer, installed as mavjet.<folder>
+# (pyproject.toml's package-dir). Layer -> the layers it may import (itself always allowed).
+LAYERS: dict[str, frozenset[str]] = {
+    "contract": frozenset(),
+    "drivers": frozenset({"contract"}),
+    "sim": frozenset({"contract"}),  # the test peer: it must not share code with what it tests
+    "analytics": frozenset({"contract"}),
+    "gateway": frozenset({"contract", "drivers"}),
+    "ops": frozenset({"contract", "drivers", "gateway", "analytics"}),
+    "benchmarks": frozenset({"contract", "drivers", "gateway", "ops", "sim", "analytics"}),
+}
+# The dispatcher finds the commands through entry points: it imports no layer but the contract (the version).
+DISPATCHER = ("ops/cli.py", frozenset({"contract"}))
 
 
-def allowed(src_layer: str) -> frozenset[str]:
-    key = "gateway" if src_layer == "gateway.daemon" else src_layer
-    for name, deps in LAYERS:
-        if name == key:
-            return deps | {src_layer}
-    raise AssertionError(f"no rule for layer {src_layer}")
+def layer_of(module: str) -> str | None:
+    """`mavjet.<folder>.…` -> the folder; None for anything that is not mavjet."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "mavjet" and len(parts) > 1 else None
+
+
+def allowed(path: Path) -> frozenset[str]:
+    rel = path.relative_to(ROOT).as_posix()
+    layer = rel.split("/", 1)[0]
+    if rel == DISPATCHER[0]:
+        return DISPATCHER[1] | {"ops"}
+    return LAYERS[layer] | {layer}
 
 
 def module_name(path: Path) -> str:
@@ -54,10 +48,11 @@ def module_name(path: Path) -> str:
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join(["mavjet", *parts])
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
+    """Every module `path` imports (absolute, dotted), with its line."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: list[tuple[int, str]] = []
     pkg = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
@@ -72,23 +67,39 @@ def imports(path: Path) -> list[tuple[int, str]]:
             else:
                 mod = node.module or ""
             found.append((node.lineno, mod))
-            # `from gateway import contract` names a submodule
-            found += [(node.lineno, f"{mod}.{alias.name}") for alias in node.names if (ROOT / mod.replace(".", "/") / alias.name).exists() or (ROOT / mod.replace(".", "/") / f"{alias.name}.py").exists()]
-    return [(line, m) for line, m in found if m.split(".", 1)[0] in PACKAGES]
+            # `from mavjet.gateway import twin` names a subpackage
+            found += [(node.lineno, f"{mod}.{alias.name}") for alias in node.names]
+    return found
 
 
 def sources() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for layer in LAYERS for p in (ROOT / layer).rglob("*.py"))
+
+
+def test_every_layer_is_a_folder_and_every_folder_with_code_a_layer() -> None:
+    """No package at the top but a layer (tests/ aside, and deploy/'s scripts); a new folder needs its row above."""
+    folders = {p.parent.relative_to(ROOT).parts[0] for p in ROOT.glob("*/**/*.py")
+               if not p.relative_to(ROOT).parts[0].startswith(".") and p.relative_to(ROOT).parts[0] not in ("build", "deploy")}
+    assert folders - {"tests"} == set(LAYERS)
+    assert all((ROOT / layer / "__init__.py").is_file() for layer in LAYERS)
+
+
+def test_nothing_imports_a_layer_by_its_folder_name() -> None:
+    """Everything imports as mavjet.<layer>: `import gateway` would find nothing once installed."""
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {mod}"
+             for path in [*sources(), *sorted((ROOT / "tests").rglob("*.py"))]
+             for line, mod in imports(path) if mod.split(".", 1)[0] in LAYERS]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_layers_import_only_what_the_rules_allow() -> None:
     broken = []
     for path in sources():
         src = layer_of(module_name(path))
-        ok = allowed(src)
+        ok = allowed(path)
         for line, mod in imports(path):
             dst = layer_of(mod)
-            if dst not in ok:
+            if dst is not None and dst not in ok:
                 broken.append(f"{path.relative_to(ROOT)}:{line} ({src}) imports {mod} ({dst})")
     assert not broken, "import rules broken (docs/architecture.md):\n" + "\n".join(broken)
 
@@ -99,7 +110,7 @@ def test_no_package_imports_another_in_a_cycle() -> None:
         src = layer_of(module_name(path))
         for _, mod in imports(path):
             dst = layer_of(mod)
-            if dst != src:
+            if dst is not None and dst != src and src is not None:
                 edges.setdefault(src, set()).add(dst)
 
     def reaches(start: str, goal: str, seen: set[str]) -> bool:
@@ -112,12 +123,15 @@ def test_no_package_imports_another_in_a_cycle() -> None:
     assert not cycles, f"layers in an import cycle: {cycles}"
 
 
-@pytest.mark.parametrize("module", ["gateway.contract.errors", "gateway.contract.subjects", "drivers.mavlink.framer"])
+@pytest.mark.parametrize("module", ["mavjet.contract.errors", "mavjet.contract.subjects", "mavjet.drivers.mavlink.framer"])
 def test_the_checker_sees_what_it_claims(module: str) -> None:
     # The checker itself can fail: a known module has the layer and imports we expect.
-    path = ROOT / (module.replace(".", "/") + ".py")
-    assert path.exists()
-    assert layer_of(module) in {"gateway.contract", "drivers"}
-    assert layer_of("gateway.ops.fleet") == "gateway.ops"
-    assert layer_of("gateway.daemon") == "gateway.daemon"
-    assert "analytics" not in allowed("sim")
+    path = ROOT / (module.removeprefix("mavjet.").replace(".", "/") + ".py")
+    assert path.exists() and module_name(path) == module
+    assert layer_of(module) in {"contract", "drivers"}
+    assert layer_of("mavjet.ops.fleet") == "ops"
+    assert layer_of("mavjet.gateway.daemon") == "gateway"
+    assert layer_of("nats.aio.client") is None
+    assert "analytics" not in allowed(ROOT / "sim" / "cli.py")
+    assert allowed(ROOT / "ops" / "cli.py") == {"contract", "ops"}
+    assert {"mavjet.drivers.mavlink.dialect", "__future__"} <= {m for _, m in imports(ROOT / "drivers" / "mavlink" / "framer.py")}

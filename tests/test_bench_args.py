@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import kit
-from benchmarks.cli import BENCHMARKS
+from mavjet.benchmarks import kit
+from mavjet.benchmarks.cli import BENCHMARKS
 
 
 def test_number_types() -> None:
@@ -32,7 +32,7 @@ def test_number_types() -> None:
 
 
 def _checked_options() -> list[tuple[str, str, str]]:
-    """(benchmark, option, a value its type refuses) for every option typed by benchmarks.kit."""
+    """(benchmark, option, a value its type refuses) for every option typed by mavjet.benchmarks.kit."""
     refused: dict[object, str] = {kit.positive_int: "0", kit.positive_float: "0", kit.non_negative_int: "-1",
                                   kit.non_negative_float: "-1", kit.positive_ints: "0"}
     out: list[tuple[str, str, str]] = []
@@ -74,7 +74,7 @@ def test_a_bad_figure_is_a_usage_error(name: str, option: str, value: str,
 ])
 def test_from_the_command_line(argv: list[str], last_line: str, tmp_path: Path) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", *argv], capture_output=True, text=True, timeout=60,
                           check=False, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.splitlines()[-1] == last_line

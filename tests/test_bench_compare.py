@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cli import BENCHMARKS
-from benchmarks.compare import (
+from mavjet.benchmarks.cli import BENCHMARKS
+from mavjet.benchmarks.compare import (
     _COLOCATED,
     compare,
     derived,
@@ -21,9 +21,10 @@ from benchmarks.compare import (
     sim_digest,
     summarise,
     unequal_work,
+    use_tree_sim,
 )
-from gateway.ops.compile import HOT_MODULES, SIM_MODULES
-from sim.cli import compiled_from_ready
+from mavjet.ops.compile import HOT_MODULES, SIM_MODULES
+from mavjet.sim.cli import compiled_from_ready
 from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
     compiled = cannot_compile() is None
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
+        [sys.executable, "-m", "mavjet.ops", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
          "--cpu-hog", "1", "--new-arg=--uvloop", *(["--new-compiled"] if compiled else []),
          "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
@@ -127,7 +128,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
 
 
 def _hogs_left() -> list[str]:
-    """Processes still running the load's busy loop (benchmarks.kit.cpu_hogs)."""
+    """Processes still running the load's busy loop (mavjet.benchmarks.kit.cpu_hogs)."""
     left = []
     for proc in Path("/proc").iterdir():
         try:
@@ -149,7 +150,7 @@ def test_ref_compiled_runs_the_refs_side_from_its_own_compiled_copy(tmp_path: Pa
     # the front of its PYTHONPATH; each report says so.
     out = tmp_path / "cmp.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "ingest", "--compare", "HEAD", "--ref-compiled", "--sim-compiled",
+        [sys.executable, "-m", "mavjet.ops", "bench", "ingest", "--compare", "HEAD", "--ref-compiled", "--sim-compiled",
          "--rounds", "1", "--json", str(out), "--vehicles", "2", "--duration", "1", "--warmup", "0.5",
          "--baseline-seconds", "0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
@@ -175,7 +176,7 @@ def test_ref_compiled_with_a_ref_older_than_mavjet_compile_says_so(tmp_path: Pat
     # 5136316 (issue 15's "today's code") predates `mavjet compile`: one line, before any run.
     out = tmp_path / "cmp.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "compare", "5136316", "--ref-compiled", "--rounds", "1",
+        [sys.executable, "-m", "mavjet.ops", "bench", "compare", "5136316", "--ref-compiled", "--rounds", "1",
          "--json", str(out), "--", "ingest", "--vehicles", "2", "--duration", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=100, check=False,
     )
@@ -191,18 +192,26 @@ def test_the_ready_line_says_how_many_simulator_modules_run_compiled() -> None:
     assert compiled_from_ready("ready vehicles=2 compiled=x") == 0
 
 
-def test_a_compiled_simulator_goes_into_the_refs_worktree_with_its_runtime(tmp_path: Path) -> None:
-    """The ref's benchmark starts its simulator from its worktree: the package and the runtime go there."""
+@pytest.mark.parametrize("layout", ["mavjet", "old"])
+def test_a_compiled_simulator_goes_into_the_refs_worktree_with_its_runtime(tmp_path: Path, layout: str) -> None:
+    """The ref's benchmark starts its simulator from its worktree: the package and the runtime go there,
+    where `use_tree_sim` put the source one (its `sim/`, or an old ref's `mavjet/sim` behind the alias)."""
     built, tree = tmp_path / "sim-compiled", tmp_path / "ref"
-    (built / "sim").mkdir(parents=True)
-    (built / "sim" / "model.py").write_text("# source\n")
-    (built / "sim" / "model.cpython-311-x86_64-linux-gnu.so").write_bytes(b"ext")
+    (built / "mavjet" / "sim").mkdir(parents=True)
+    (built / "mavjet" / "sim" / "model.py").write_text("# source\n")
+    (built / "mavjet" / "sim" / "model.cpython-311-x86_64-linux-gnu.so").write_bytes(b"ext")
     (built / "abc__mypyc.cpython-311-x86_64-linux-gnu.so").write_bytes(b"runtime")
     (built / "compile.log").write_text("log")
-    (tree / "sim").mkdir(parents=True)
-    (tree / "sim" / "stale.py").write_text("# the ref's own, replaced\n")
+    if layout == "mavjet":
+        (tree / "contract").mkdir(parents=True)
+        dest = tree / "sim"
+    else:
+        (tree / "gateway").mkdir(parents=True)
+        dest = tree / "mavjet" / "sim"
+    dest.mkdir(parents=True)
+    (dest / "stale.py").write_text("# the ref's own, replaced\n")
     install_sim(built, tree)
-    assert sorted(p.name for p in (tree / "sim").iterdir()) == ["model.cpython-311-x86_64-linux-gnu.so", "model.py"]
+    assert sorted(p.name for p in dest.iterdir()) == ["model.cpython-311-x86_64-linux-gnu.so", "model.py"]
     assert (tree / "abc__mypyc.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"runtime"
     assert not (tree / "compile.log").exists()
 
@@ -216,53 +225,94 @@ def test_a_compiled_simulator_is_for_both_sides_only(tmp_path: Path) -> None:
 
 _PROBE = """\
 import importlib.metadata, json
-import gateway
+import mavjet.gateway
 try:
-    import gateway.clock  # the working tree has it (importing only the standard library); the tree below does not
-    entry = "imported " + gateway.clock.__file__
+    import mavjet.gateway.twin.clock  # the working tree has it (importing only the standard library); the tree below does not
+    entry = "imported " + mavjet.gateway.twin.clock.__file__
 except ModuleNotFoundError:
     entry = "missing"
-print(json.dumps({"gateway": gateway.__file__, "entry": entry,
+print(json.dumps({"gateway": mavjet.gateway.__file__, "entry": entry,
                   "commands": sorted(ep.name for ep in importlib.metadata.entry_points(group="mavjet.commands"))}))
 """
 
 
-def _probe(tree: Path) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+def _probe(tree: Path, program: str = _PROBE) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-c", program], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                           capture_output=True, text=True, timeout=60, check=True)
     out: dict[str, object] = json.loads(proc.stdout)
     return out
 
 
-@pytest.mark.skipif(not any(getattr(f, "__module__", "").startswith("__editable___mavjet") for f in sys.meta_path),
-                    reason="mavjet is not installed editable here (the case isolate_tree guards against)")
+_EDITABLE = any(getattr(f, "__module__", "").startswith("__editable___mavjet") for f in sys.meta_path)
+
+
+@pytest.mark.skipif(not _EDITABLE, reason="mavjet is not installed editable here (the case isolate_tree guards against)")
 def test_an_isolated_ref_tree_runs_only_its_own_code(tmp_path: Path) -> None:
     """A ref's processes must not pick up the working tree's modules or its entry points.
 
     5136316's `gateway` command is `gateway.daemon:main`; through the editable
     install's metadata it ran the working tree's `gateway/entry.py` over its
     own packages and exited on an ImportError (`bench mixed --gateway-ref`).
+    A ref of the `mavjet.*` layout has no folder named mavjet: its layers are
+    linked into one, so it imports its own.
     """
     tree = tmp_path / "ref"
-    (tree / "gateway").mkdir(parents=True)
-    (tree / "gateway" / "__init__.py").write_text("")
+    for layer in ("contract", "gateway"):
+        (tree / layer).mkdir(parents=True)
+        (tree / layer / "__init__.py").write_text("")
     (tree / "pyproject.toml").write_text(
-        '[project]\nname = "mavjet"\nversion = "0.0.1"\n[project.scripts]\nmavjet = "gateway.cli:main"\n'
-        '[project.entry-points."mavjet.commands"]\nprobe = "gateway.probe:main"\n')
+        '[project]\nname = "mavjet"\nversion = "0.0.1"\n[project.scripts]\nmavjet = "mavjet.ops.cli:main"\n'
+        '[project.entry-points."mavjet.commands"]\nprobe = "mavjet.gateway.probe:main"\n')
     before = _probe(tree)
-    # Without isolation: the ref's own package, but a module it lacks comes from the working tree,
-    # and so do the commands.
-    assert before["gateway"] == str(tree / "gateway" / "__init__.py")
+    # Without isolation: the working tree's package, its modules and its commands.
+    assert str(before["gateway"]).startswith(str(ROOT)), before
     assert str(before["entry"]).startswith("imported " + str(ROOT)), before
     assert "gateway" in before["commands"] and "probe" not in before["commands"]  # type: ignore[operator]
     isolate_tree(tree)
     after = _probe(tree)
-    assert after == {"gateway": str(tree / "gateway" / "__init__.py"), "entry": "missing", "commands": ["probe"]}
+    assert after == {"gateway": str(tree / "mavjet" / "gateway" / "__init__.py"), "entry": "missing",
+                     "commands": ["probe"]}
     # A compiled copy of the ref has no pyproject of its own: it takes the ref's.
     copy = tmp_path / "ref-compiled"
-    shutil.copytree(tree / "gateway", copy / "gateway")
+    shutil.copytree(tree / "gateway", copy / "mavjet" / "gateway")
     isolate_tree(copy, pyproject=tree / "pyproject.toml")
     assert _probe(copy)["commands"] == ["probe"]
+
+
+_ALIAS_PROBE = """\
+import json, sys
+import sim.cli
+import mavjet.sim.cli
+try:
+    import mavjet.gateway
+    gateway = mavjet.gateway.__file__
+except ModuleNotFoundError:
+    gateway = "missing"
+print(json.dumps({"same": sim.cli is mavjet.sim.cli, "spec": mavjet.sim.cli.__spec__.name,
+                  "file": mavjet.sim.cli.__file__, "gateway": gateway,
+                  "contract": sys.modules["mavjet.contract"].__file__}))
+"""
+
+
+@pytest.mark.skipif(not _EDITABLE, reason="mavjet is not installed editable here (the case isolate_tree guards against)")
+def test_an_old_layout_ref_drives_the_working_trees_simulator_through_its_sim_alias(tmp_path: Path) -> None:
+    """A ref from before `mavjet.*` (5136316) imports `sim`: with --ref-sim tree that is the working
+    tree's `mavjet.sim`, one module object under both names, and nothing else of the working tree."""
+    tree = tmp_path / "ref"
+    for package in ("gateway", "sim"):
+        (tree / package).mkdir(parents=True)
+        (tree / package / "__init__.py").write_text("")
+    (tree / "sim" / "cli.py").write_text("raise SystemExit('the ref s own simulator ran')\n")
+    (tree / "pyproject.toml").write_text('[project]\nname = "mavjet"\nversion = "0.0.1"\n')
+    isolate_tree(tree)
+    assert not (tree / "mavjet").exists()  # an old-layout tree imports its packages as they are
+    use_tree_sim(ROOT, tree)
+    got = _probe(tree, _ALIAS_PROBE)
+    assert got["same"] is True and got["spec"] == "mavjet.sim.cli", got
+    assert got["file"] == str(tree / "mavjet" / "sim" / "cli.py")
+    assert got["contract"] == str(tree / "mavjet" / "contract" / "__init__.py")
+    assert got["gateway"] == "missing"  # the working tree's daemon does not leak into the ref
+    assert sim_digest(tree) == sim_digest(ROOT)
 
 
 def test_isolating_a_tree_without_its_pyproject_says_so(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.commands import open_loop
-from benchmarks.kit import cpu_hogs, percentile, percentile_ci
-from benchmarks.workers import log_tail, stop_gateway
+from mavjet.benchmarks.commands import open_loop
+from mavjet.benchmarks.kit import cpu_hogs, percentile, percentile_ci
+from mavjet.benchmarks.workers import log_tail, stop_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_mixed_measures_commands_from_outside_the_gateway_and_the_state_it_stored(tmp_path: Path) -> None:
     out = tmp_path / "mixed.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "3", "--cmd-rate", "4",
+        [sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--vehicles", "3", "--cmd-rate", "4",
          "--duration", "2", "--warmup", "0.5", "--scrape-every", "0.5", "--uvloop", "--cpu-hog", "1",
          "--hog-nice", "15", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
@@ -73,25 +73,25 @@ def test_cpu_hogs_spin_at_the_nice_value_asked_and_are_gone_after() -> None:
 
 
 def test_mixed_refuses_a_bad_hog_nice() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--hog-nice", "20"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--hog-nice", "20"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and proc.stderr.splitlines()[-1].endswith("--hog-nice: '20': nice values go up to 19")
 
 
 def test_mixed_refuses_a_negative_scrape_period() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--scrape-every", "-1"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--scrape-every", "-1"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--scrape-every" in proc.stderr
 
 
 def test_mixed_refuses_scraping_a_gateway_in_process() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--scrape-every", "1", "--in-process"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--scrape-every", "1", "--in-process"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--in-process" in proc.stderr.splitlines()[-1]
 
 
 def test_mixed_refuses_uvloop_for_a_gateway_in_process() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--uvloop", "--in-process"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--uvloop", "--in-process"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--uvloop" in proc.stderr
 
@@ -101,7 +101,7 @@ def test_mixed_runs_the_gateway_of_another_build(tmp_path: Path) -> None:
     """--gateway-ref: the same benchmark around the gateway of a git ref (today's code against the new)."""
     out = tmp_path / "mixed-ref.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "mixed", "--vehicles", "2", "--cmd-rate", "4",
+        [sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--vehicles", "2", "--cmd-rate", "4",
          "--duration", "1", "--warmup", "0.5", "--gateway-ref", "HEAD", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
     )
@@ -139,7 +139,7 @@ async def test_open_loop_even_and_poisson_schedules() -> None:
 
 
 def test_mixed_refuses_an_unknown_arrival_process() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "mixed", "--arrivals", "bursty"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--arrivals", "bursty"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--arrivals" in proc.stderr
 
@@ -185,12 +185,12 @@ async def test_stopping_a_gateway_that_already_exited_keeps_its_error(tmp_path: 
     log = tmp_path / "gateway.log"
     with log.open("wb") as f:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "import sys; print('ImportError: no module named gateway.recorder', file=sys.stderr);"
+            sys.executable, "-c", "import sys; print('ImportError: no module named mavjet.gateway.stores.recorder', file=sys.stderr);"
             " sys.exit(1)", stdout=subprocess.DEVNULL, stderr=f)
     assert await proc.wait() == 1
     await stop_gateway(proc)  # raised ProcessLookupError before
     assert proc.returncode == 1
-    assert log_tail(log) == "ImportError: no module named gateway.recorder"
+    assert log_tail(log) == "ImportError: no module named mavjet.gateway.stores.recorder"
     assert log_tail(tmp_path / "empty.log").startswith("(its log ")
     (tmp_path / "blank.log").write_text("\n\n")
     assert log_tail(tmp_path / "blank.log") == "(it wrote nothing)"
@@ -220,7 +220,7 @@ def test_a_benchmark_run_with_P_starts_its_gateway_with_P(tmp_path: Path, bench:
     (probe / "sitecustomize.py").write_text(_SITE_PROBE)  # every Python process records its -P and argv
     seen = tmp_path / "seen.txt"
     proc = subprocess.run(
-        [sys.executable, "-P", "-m", "gateway", "bench", *bench, "--json", str(tmp_path / "out.json")],
+        [sys.executable, "-P", "-m", "mavjet.ops", "bench", *bench, "--json", str(tmp_path / "out.json")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(probe), "MAVJET_TEST_PROBE": str(seen)},
         capture_output=True, text=True, timeout=180, check=False,
     )

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.overload import knee, verdict
+from mavjet.benchmarks.overload import knee, verdict
 
 
 def point(vehicles: int, stored: float, *, p99: float = 50.0, lost: int = 0, reconnects: int = 0) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def test_overload_runs_the_knee_search_and_twice_the_knee(tmp_path: Path) -> Non
     proc = subprocess.run(
         # 4 s, not 2: three vehicles' 1 Hz channels land 1 or 2 samples in a 2 s window, and a knee run
         # once counted 140 of 144 (97.9 %, under the 98 % bar) from that alone (CI, 2026-11-24).
-        [sys.executable, "-m", "gateway", "bench", "overload", "--sizes", "3", "--duration", "4", "--warmup", "1",
+        [sys.executable, "-m", "mavjet.ops", "bench", "overload", "--sizes", "3", "--duration", "4", "--warmup", "1",
          "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False,
     )
@@ -60,7 +60,7 @@ def test_benchmark_children_import_as_their_parent_does() -> None:
     """Started with -P (a compiled copy on PYTHONPATH), a benchmark's children are too. Without it,
     `bench overload` run in the checkout with a compiled copy on PYTHONPATH measured the checkout's
     interpreted gateway in its ingest runs: `python -m` puts the working directory first."""
-    probe = "from benchmarks.kit import this_python; import sys; print(this_python()[1:])"
+    probe = "from mavjet.benchmarks.kit import this_python; import sys; print(this_python()[1:])"
     for flags, expected in (([], "[]"), (["-P"], "['-P']")):
         out = subprocess.run([sys.executable, *flags, "-c", probe], capture_output=True, text=True, timeout=60,
                              check=True, cwd=Path(__file__).resolve().parent.parent)
@@ -68,6 +68,6 @@ def test_benchmark_children_import_as_their_parent_does() -> None:
 
 
 def test_overload_refuses_sizes_out_of_order(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "overload", "--sizes", "10,5"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "overload", "--sizes", "10,5"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "ascending" in proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def test_scrape_bench_serves_both_pages_with_the_same_series(tmp_path: Path) -> None:
     out = tmp_path / "scrape.json"
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "scrape", "--vehicles", "7", "--rounds", "2",
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "scrape", "--vehicles", "7", "--rounds", "2",
                            "--json", str(out)], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
@@ -23,15 +23,15 @@ def test_scrape_bench_serves_both_pages_with_the_same_series(tmp_path: Path) -> 
 
 
 def test_bad_arguments_exit_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gateway", "bench", "scrape", "--vehicles", "0"],
+    proc = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "scrape", "--vehicles", "0"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--vehicles" in proc.stderr
 
 
 def test_every_benchmark_is_listed_in_help_and_readme() -> None:
-    from benchmarks.cli import BENCHMARKS
+    from mavjet.benchmarks.cli import BENCHMARKS
 
-    helptext = subprocess.run([sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True,
+    helptext = subprocess.run([sys.executable, "-m", "mavjet.ops", "--help"], capture_output=True, text=True,
                               timeout=60, check=True).stdout
     line = next(ln for ln in helptext.splitlines() if ln.strip().startswith("bench"))
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

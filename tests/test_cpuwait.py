@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cpuwait
+from mavjet.benchmarks import cpuwait
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/schedstat").exists(), reason="needs Linux schedstat")
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from benchmarks.linkproxy import LinkProfile, LinkProxy, Outage, OutageKind
+from mavjet.benchmarks.linkproxy import LinkProfile, LinkProxy, Outage, OutageKind
 
 
 @pytest.fixture

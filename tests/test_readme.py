@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ops.demo import pick_base_port
-from gateway.ops.natsserver import NatsServer
+from mavjet.ops.demo import pick_base_port
+from mavjet.ops.natsserver import NatsServer
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -28,7 +28,7 @@ def _examples() -> list[str]:
 def _mavjet(cmd: str) -> list[str]:
     argv = shlex.split(cmd.rstrip("&").strip())
     assert argv[0] == "mavjet"
-    return [sys.executable, "-m", "gateway", *argv[1:]]
+    return [sys.executable, "-m", "mavjet.ops", *argv[1:]]
 
 
 def test_readme_has_examples() -> None:
@@ -37,11 +37,11 @@ def test_readme_has_examples() -> None:
 
 
 def test_every_subcommand_has_help() -> None:
-    out = subprocess.run([sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-m", "mavjet.ops", "--help"], capture_output=True, text=True, timeout=60, check=True)
     names = re.findall(r"^  (\w+) ", out.stdout, re.M)
     assert {"gateway", "provision", "demo", "sim", "twin", "events", "fleet"} <= set(names)
     for name in names:  # every command `mavjet --help` lists
-        r = subprocess.run([sys.executable, "-m", "gateway", name, "--help"], capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-m", "mavjet.ops", name, "--help"], capture_output=True, text=True,
                            timeout=60, check=False)
         assert r.returncode == 0 and "usage:" in r.stdout, (name, r.stderr)
         assert "Traceback" not in r.stderr, (name, r.stderr)
@@ -95,7 +95,7 @@ def test_readme_walkthrough(nats_server: NatsServer, tmp_path: Path) -> None:
 
 def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "gateway", "demo", "--vehicles", "2", "--speedup", "4", "--duration", "12s",
+        [sys.executable, "-m", "mavjet.ops", "demo", "--vehicles", "2", "--speedup", "4", "--duration", "12s",
          "--dir", str(tmp_path / "demo"), "--no-clear"],
         capture_output=True, text=True, timeout=120, check=False,
     )
@@ -115,7 +115,7 @@ def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
     out_path = tmp_path / "demo.out"
     with out_path.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "demo", "--vehicles", "2", "--speedup", "4",
+            [sys.executable, "-m", "mavjet.ops", "demo", "--vehicles", "2", "--speedup", "4",
              "--dir", str(tmp_path / "demo"), "--no-clear"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -147,7 +147,7 @@ def test_demo_simulator_retries_a_base_port_taken_before_it_binds(
     import argparse
     import socket
 
-    from gateway.ops import demo
+    from mavjet.ops import demo
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -162,7 +162,7 @@ def test_demo_simulator_retries_a_base_port_taken_before_it_binds(
     monkeypatch.setattr(demo, "pick_base_port", pick)
     args = argparse.Namespace(vehicles=1, speedup=4.0, flavour="ardupilot")
     log = tmp_path / "sim.log"
-    proc, base = demo._start_sim(args, [sys.executable, "-m", "gateway"], log, via_commands=True)
+    proc, base = demo._start_sim(args, [sys.executable, "-m", "mavjet.ops"], log, via_commands=True)
     try:
         assert len(picks) == 2 and base == picks[1] != picks[0]
         assert proc.poll() is None and "ready vehicles=1" in log.read_text()

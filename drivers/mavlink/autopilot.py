@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.modes import Flavour, ModeTable
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.modes import Flavour, ModeTable
 
 __all__ = [
     "AIRBORNE_LANDED_STATES",

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import structlog
 
-from drivers.mavlink.perloop import PerLoop
+from mavjet.drivers.mavlink.perloop import PerLoop
 
 log = structlog.get_logger("mavjet.link")
 

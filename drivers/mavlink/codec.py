@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.framer import Framer, FramerStats
-from drivers.mavlink.signing import MavSigning
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.framer import Framer, FramerStats
+from mavjet.drivers.mavlink.signing import MavSigning
 
 # MAVLink component id of an onboard computer (MAV_COMP_ID_ONBOARD_COMPUTER).
 GATEWAY_COMPONENT_ID = 191

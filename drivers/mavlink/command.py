@@ -2,7 +2,7 @@
 
 Why a state machine without I/O: the retry, matching and arming rules are the
 part that must be right, and they are only testable exhaustively when a test
-can feed crafted messages and a clock. `drivers.mavlink.runner` drives this
+can feed crafted messages and a clock. `mavjet.drivers.mavlink.runner` drives this
 machine over a live `MavPort`.
 
 Rules (MAVLink command protocol, https://mavlink.io/en/services/command.html):
@@ -27,8 +27,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from gateway.contract.errors import ConfigError
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
 
 MAV_CMD_COMPONENT_ARM_DISARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM
 MAV_RESULT_ACCEPTED = mavlink2.MAV_RESULT_ACCEPTED

@@ -20,9 +20,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE, MissionItem
-from drivers.mavlink.plan import (
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE, MissionItem
+from mavjet.drivers.mavlink.plan import (
     FENCE_CIRCLE_EXCLUSION,
     FENCE_CIRCLE_INCLUSION,
     FENCE_POLY_EXCLUSION,

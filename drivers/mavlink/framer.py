@@ -30,8 +30,8 @@ from typing import Any
 
 from fastcrc import crc16
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.light import _TABLE, LightHeader, LightMessage
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.light import _TABLE, LightHeader, LightMessage
 
 __all__ = ["MAGIC_V1", "MAGIC_V2", "NEWEST_ONLY_MIN_BYTES", "FrameCheck", "Framer", "FramerStats", "LightHeader",
            "LightMessage"]

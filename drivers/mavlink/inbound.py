@@ -4,7 +4,7 @@ Every read of every vehicle's link runs this: feed the codec, note which
 messages came from the vehicle (and when, for the stream keeper), spot the
 autopilot's HEARTBEAT, and hand the vehicle's messages to its twin in one
 call. It is a module of its own so that mypyc can compile it with the rest of
-the hot path (gateway/ops/compile.py): drivers/mavlink/link.py cannot be
+the hot path (ops/compile.py): drivers/mavlink/link.py cannot be
 compiled (its reconnect loop uses `except*`), and this path ran there
 interpreted between two compiled calls, the codec's and the twin's (compiled,
 the gateway's CPU a message did not change by more than the ingest benchmark
@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import structlog
 
-from drivers.mavlink.autopilot import is_autopilot_heartbeat
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import MavMessage
+from mavjet.drivers.mavlink.autopilot import is_autopilot_heartbeat
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import MavMessage
 
 log = structlog.get_logger("mavjet.link")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.dialect import mavlink2
 
 
 class LightHeader(tuple[int, ...]):

@@ -8,7 +8,7 @@ check run on the event loop's one timer for every link
 (drivers/mavlink/chores.py), not in tasks of their own. Decoded messages go to
 one synchronous callback in batches (the hot path) and to any bounded
 listeners (protocol runners). The gateway does not use a link directly: it
-talks to the vehicle's `drivers.mavlink.session.Session`, which owns the link.
+talks to the vehicle's `mavjet.drivers.mavlink.session.Session`, which owns the link.
 
 The per-read path (decode, the vehicle's messages, its HEARTBEAT) is
 drivers/mavlink/inbound.py, which the gateway compiles with the rest of its
@@ -34,16 +34,21 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from drivers.mavlink.backoff import Backoff
-from drivers.mavlink.chores import Chores
-from drivers.mavlink.codec import GATEWAY_COMPONENT_ID, GATEWAY_SYSTEM_ID, ConstantMessage, MavCodec
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.inbound import Inbound, OnMessages
-from drivers.mavlink.router import FrameSplitter
-from drivers.mavlink.signing import MavSigning
-from drivers.mavlink.streamkeeper import StreamKeeper
-from drivers.mavlink.transport import Endpoint, Transport, open_transport
-from gateway.contract.errors import ConfigError, LinkError
+from mavjet.contract.errors import ConfigError, LinkError
+from mavjet.drivers.mavlink.backoff import Backoff
+from mavjet.drivers.mavlink.chores import Chores
+from mavjet.drivers.mavlink.codec import (
+    GATEWAY_COMPONENT_ID,
+    GATEWAY_SYSTEM_ID,
+    ConstantMessage,
+    MavCodec,
+)
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.inbound import Inbound, OnMessages
+from mavjet.drivers.mavlink.router import FrameSplitter
+from mavjet.drivers.mavlink.signing import MavSigning
+from mavjet.drivers.mavlink.streamkeeper import StreamKeeper
+from mavjet.drivers.mavlink.transport import Endpoint, Transport, open_transport
 
 log = structlog.get_logger("mavjet.link")
 

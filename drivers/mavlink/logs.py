@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from gateway.contract.errors import MavjetError
+from mavjet.contract.errors import MavjetError
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
 
 LOG_DATA_BYTES = 90  # payload of one LOG_DATA frame
 LOG_REQUEST_ALL = 0xFFFFFFFF  # `count` meaning: to the end of the file

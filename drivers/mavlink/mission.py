@@ -29,9 +29,9 @@ import enum
 import math
 from dataclasses import dataclass, field, replace
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.params import to_float32
-from gateway.contract.errors import ConfigError, ProtocolError
+from mavjet.contract.errors import ConfigError, ProtocolError
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.params import to_float32
 
 MISSION = mavlink2.MAV_MISSION_TYPE_MISSION
 FENCE = mavlink2.MAV_MISSION_TYPE_FENCE

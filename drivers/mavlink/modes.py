@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.contract.errors import MavjetError
+from mavjet.contract.errors import MavjetError
+from mavjet.drivers.mavlink.dialect import mavlink2
 
 ARDUCOPTER_MODES: dict[int, str] = {
     0: "STABILIZE", 1: "ACRO", 2: "ALT_HOLD", 3: "AUTO", 4: "GUIDED", 5: "LOITER", 6: "RTL",

@@ -70,9 +70,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE, RALLY, MissionItem
-from drivers.mavlink.modes import Flavour
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE, RALLY, MissionItem
+from mavjet.drivers.mavlink.modes import Flavour
 
 __all__ = [
     "ARDUPILOT_RULES", "CommandRule", "ItemProblem", "P", "check_item", "command_name", "differences",

@@ -19,8 +19,8 @@ import math
 import struct
 from dataclasses import dataclass
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from gateway.contract.errors import ConfigError, MavjetError
+from mavjet.contract.errors import ConfigError, MavjetError
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
 
 PARAM_ID_MAX_LEN = 16
 

@@ -20,7 +20,7 @@ the pure conversion (no I/O beyond `json.loads` of text handed in):
   index in the plan (`mission.items[5]: NAV_WAYPOINT in a global frame needs
   an altitude (param7 is null)`). Terrain-relative frames (10, 11) pass
   here: only the vehicle can say whether it holds terrain data for them, so
-  the gateway asks it before each upload (drivers.mavlink.terrain) and
+  the gateway asks it before each upload (mavjet.drivers.mavlink.terrain) and
   refuses the plan there, naming the item.
 
 Errors are `PlanError` with `path` naming the offending field
@@ -36,11 +36,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
-from drivers.mavlink.normalise import command_name, digest_form, is_positional
-from drivers.mavlink.terrain import TERRAIN_FRAMES
-from gateway.contract.errors import MavjetError
+from mavjet.contract.errors import MavjetError
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE, GLOBAL_FRAMES, MISSION, RALLY, MissionItem
+from mavjet.drivers.mavlink.normalise import command_name, digest_form, is_positional
+from mavjet.drivers.mavlink.terrain import TERRAIN_FRAMES
 
 MAV_CMD_NAV_WAYPOINT = mavlink2.MAV_CMD_NAV_WAYPOINT
 MAV_CMD_DO_JUMP = mavlink2.MAV_CMD_DO_JUMP

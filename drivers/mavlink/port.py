@@ -12,7 +12,7 @@ from typing import Protocol
 
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drivers.mavlink.dialect import MavMessage
+from mavjet.drivers.mavlink.dialect import MavMessage
 
 
 class MavPort(Protocol):
@@ -27,7 +27,7 @@ class MavPort(Protocol):
         """The autopilot's component id (1)."""
 
     async def send(self, msg: MavMessage) -> None:
-        """Encode and send one message; raises gateway.contract.errors.LinkError when the link is down."""
+        """Encode and send one message; raises mavjet.contract.errors.LinkError when the link is down."""
 
     def listen(self, max_buffer: int = 256) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[MavMessage]]:
         """Receive every message the vehicle sends while the context is open.

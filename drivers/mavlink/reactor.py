@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
-from drivers.mavlink.perloop import PerLoop
-from gateway.contract.errors import LinkError
+from mavjet.contract.errors import LinkError
+from mavjet.drivers.mavlink.perloop import PerLoop
 
 if TYPE_CHECKING:  # drivers/mavlink/transport.py imports this module
-    from drivers.mavlink.transport import Endpoint, Inbox
+    from mavjet.drivers.mavlink.transport import Endpoint, Inbox
 
 log = structlog.get_logger("mavjet.link")
 

@@ -11,8 +11,8 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
-from drivers.mavlink.transport import Endpoint
-from gateway.contract.errors import ConfigError, LinkError
+from mavjet.contract.errors import ConfigError, LinkError
+from mavjet.drivers.mavlink.transport import Endpoint
 
 # -- route ports: where ground stations connect (gateway/routes.py) ---------------
 

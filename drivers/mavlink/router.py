@@ -33,7 +33,7 @@ from typing import Final
 
 from fastcrc import crc16
 
-from drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.dialect import mavlink2
 
 _crc = crc16.mcrf4xx
 _CRC_EXTRA: Final = {msgid: cls.crc_extra for msgid, cls in mavlink2.mavlink_map.items()}

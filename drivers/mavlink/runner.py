@@ -23,8 +23,14 @@ from typing import Any, Protocol
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drivers.mavlink.autopilot import is_vehicle_heartbeat
-from drivers.mavlink.command import (
+from mavjet.contract.errors import (
+    CommandRejected,
+    CommandTimeout,
+    ConfigError,
+    LinkError,
+)
+from mavjet.drivers.mavlink.autopilot import is_vehicle_heartbeat
+from mavjet.drivers.mavlink.command import (
     CommandConfig,
     CommandOutcome,
     CommandProtocol,
@@ -33,11 +39,11 @@ from drivers.mavlink.command import (
     CommandState,
     heartbeat_armed,
 )
-from drivers.mavlink.dialect import MavMessage
-from drivers.mavlink.mission import (
+from mavjet.drivers.mavlink.dialect import MavMessage
+from mavjet.drivers.mavlink.mission import (
     MissionConfig,
 )
-from drivers.mavlink.params import (
+from mavjet.drivers.mavlink.params import (
     REAL32,
     ParamConfig,
     ParamError,
@@ -46,13 +52,7 @@ from drivers.mavlink.params import (
     make_param_read,
     make_param_set,
 )
-from drivers.mavlink.port import MavPort
-from gateway.contract.errors import (
-    CommandRejected,
-    CommandTimeout,
-    ConfigError,
-    LinkError,
-)
+from mavjet.drivers.mavlink.port import MavPort
 
 OnProgress = Callable[[int | None], None]
 

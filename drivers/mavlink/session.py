@@ -30,19 +30,20 @@ from typing import Any, Protocol
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drivers.mavlink import runner, transfers
-from drivers.mavlink.autopilot import (
+from mavjet.contract.errors import LinkError
+from mavjet.drivers.mavlink import runner, transfers
+from mavjet.drivers.mavlink.autopilot import (
     arm_params,
     autopilot_version_fields,
     is_airborne,
     is_vehicle_heartbeat,
     set_mode_params,
 )
-from drivers.mavlink.command import CommandOutcome, CommandResult
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.fence import Geofence
-from drivers.mavlink.link import LinkState, MavlinkLink
-from drivers.mavlink.logs import (
+from mavjet.drivers.mavlink.command import CommandOutcome, CommandResult
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.fence import Geofence
+from mavjet.drivers.mavlink.link import LinkState, MavlinkLink
+from mavjet.drivers.mavlink.logs import (
     DEFAULT_LOG_CONFIG,
     LogConfig,
     LogEntry,
@@ -51,19 +52,18 @@ from drivers.mavlink.logs import (
     LogWindow,
     request_end,
 )
-from drivers.mavlink.mission import MISSION, MissionItem
-from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
-from drivers.mavlink.params import ParamValue, encoding_for
-from drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig
-from drivers.mavlink.terrain import (
+from mavjet.drivers.mavlink.mission import MISSION, MissionItem
+from mavjet.drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
+from mavjet.drivers.mavlink.params import ParamValue, encoding_for
+from mavjet.drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig
+from mavjet.drivers.mavlink.terrain import (
     DEFAULT_TERRAIN_CHECK,
     Point,
     TerrainCheck,
     TerrainCheckConfig,
     TerrainReport,
 )
-from drivers.mavlink.transfers import TransferReport
-from gateway.contract.errors import LinkError
+from mavjet.drivers.mavlink.transfers import TransferReport
 
 __all__ = ["FlightState", "LinkHealth", "Session", "VehicleSession"]
 

@@ -35,8 +35,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.contract.errors import ConfigError
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.dialect import mavlink2
 
 KEY_LEN: Final = 32
 SIGNATURE_LEN: Final = 13

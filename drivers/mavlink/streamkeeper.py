@@ -18,7 +18,7 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
 
 log = structlog.get_logger("mavjet.link")
 

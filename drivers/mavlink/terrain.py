@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from drivers.mavlink.dialect import MavMessage, mavlink2
-from drivers.mavlink.mission import MissionItem
-from drivers.mavlink.normalise import command_name
+from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.mission import MissionItem
+from mavjet.drivers.mavlink.normalise import command_name
 
 TERRAIN_FRAMES = frozenset({mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT, mavlink2.MAV_FRAME_GLOBAL_TERRAIN_ALT_INT})
 

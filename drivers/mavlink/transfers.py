@@ -23,8 +23,11 @@ from dataclasses import dataclass, replace
 
 import anyio
 
-from drivers.mavlink.fence import Geofence
-from drivers.mavlink.mission import (
+from mavjet.contract.errors import (
+    ProtocolError,
+)
+from mavjet.drivers.mavlink.fence import Geofence
+from mavjet.drivers.mavlink.mission import (
     FENCE,
     MISSION,
     MissionClear,
@@ -36,19 +39,16 @@ from drivers.mavlink.mission import (
     item_label,
     mission_type_name,
 )
-from drivers.mavlink.modes import Flavour
-from drivers.mavlink.normalise import check_item, differences
-from drivers.mavlink.plan import digest
-from drivers.mavlink.port import MavPort
-from drivers.mavlink.runner import (
+from mavjet.drivers.mavlink.modes import Flavour
+from mavjet.drivers.mavlink.normalise import check_item, differences
+from mavjet.drivers.mavlink.plan import digest
+from mavjet.drivers.mavlink.port import MavPort
+from mavjet.drivers.mavlink.runner import (
     DEFAULT_CONFIG,
     ProtocolConfig,
     drive,
     set_param,
     target_system_of,
-)
-from gateway.contract.errors import (
-    ProtocolError,
 )
 
 # ---------------------------------------------------------------------------
@@ -74,7 +74,7 @@ async def _held(lock: anyio.Lock | None) -> AsyncIterator[None]:
 
     An autopilot serves one mission transfer at a time and a second one resets
     the first, so a vehicle's transfers must be serialised. The lock belongs to
-    whoever owns the vehicle (drivers.mavlink.session.VehicleSession), not to
+    whoever owns the vehicle (mavjet.drivers.mavlink.session.VehicleSession), not to
     this module: the runners stay free of global state.
     """
     if lock is None:

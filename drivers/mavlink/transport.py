@@ -20,8 +20,8 @@ from typing import Protocol
 
 import anyio
 
-from drivers.mavlink import reactor
-from gateway.contract.errors import ConfigError, LinkError
+from mavjet.contract.errors import ConfigError, LinkError
+from mavjet.drivers.mavlink import reactor
 
 READ_SIZE = reactor.READ_SIZE  # 64 KiB
 MAX_DRAIN_DATAGRAMS = 256

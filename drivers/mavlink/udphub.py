@@ -15,8 +15,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drivers.mavlink.transport import MAX_DRAIN_DATAGRAMS, READ_SIZE, Endpoint, Inbox
-from gateway.contract.errors import LinkError
+from mavjet.contract.errors import LinkError
+from mavjet.drivers.mavlink.transport import MAX_DRAIN_DATAGRAMS, READ_SIZE, Endpoint, Inbox
 
 
 def sysid_of(datagram: bytes) -> int | None:
@@ -68,7 +68,7 @@ class UdpHub:
 
     def __init__(self, endpoint: Endpoint, *, bound: socket.socket | None = None) -> None:
         # `bound`: a socket already bound to the port (a `--workers` process's share of it,
-        # gateway/workers.py): the hub reads it instead of binding its own.
+        # gateway/runtime/workers.py): the hub reads it instead of binding its own.
         self._bound = bound
         if endpoint.scheme != "udp":
             raise ValueError("a shared port is a udp: (listen) endpoint")

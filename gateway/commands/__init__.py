@@ -1,7 +1,7 @@
 """Commands through TWIN_CMD: the gateway side (docs/commands.md).
 
 The wire format (names, parameters, body codec, result kinds) is in
-`gateway.contract.commands`, so clients need not import the daemon. Here:
+`mavjet.contract.commands`, so clients need not import the daemon. Here:
 
 - `spec` — every command defined once: its wire spec, preconditions
   (`preconditions`, pure) and action (`actions`: the MAV_CMD or protocol it
@@ -16,7 +16,7 @@ The wire format (names, parameters, body codec, result kinds) is in
 - `consumer` — the gateway service: one durable pull consumer per vehicle,
   one command at a time per vehicle, re-created when NATS restarts.
 
-Publishing commands and waiting for results is `gateway.ops.client`.
+Publishing commands and waiting for results is `mavjet.ops.client`.
 """
 
 from __future__ import annotations

@@ -18,24 +18,24 @@ from typing import Any
 
 import anyio
 
-from drivers.mavlink import autopilot
-from drivers.mavlink.command import CommandResult as MavCommandResult
-from drivers.mavlink.command import mav_result_name
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.logs import LogError
-from drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
-from drivers.mavlink.modes import ModeTable, UnknownMode
-from drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
-from drivers.mavlink.plan import PlanError
-from drivers.mavlink.terrain import terrain_points, terrain_refusals
-from drivers.mavlink.transfers import MissionMismatch
-from gateway.blobs import BlobError, BlobFailure, fetch_plan
-from gateway.commands.logs import STARTED, started_data
-from gateway.contract.commands import CmdResult, Command, CommandInvalid
-from gateway.contract.errors import LinkError
-from gateway.contract.subjects import BLOBS_BUCKET
-from gateway.services import NatsAccess, VehicleHandle
-from gateway.telemetry import Event
+from mavjet.contract.commands import CmdResult, Command, CommandInvalid
+from mavjet.contract.errors import LinkError
+from mavjet.contract.subjects import BLOBS_BUCKET
+from mavjet.drivers.mavlink import autopilot
+from mavjet.drivers.mavlink.command import CommandResult as MavCommandResult
+from mavjet.drivers.mavlink.command import mav_result_name
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.logs import LogError
+from mavjet.drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
+from mavjet.drivers.mavlink.modes import ModeTable, UnknownMode
+from mavjet.drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
+from mavjet.drivers.mavlink.plan import PlanError
+from mavjet.drivers.mavlink.terrain import terrain_points, terrain_refusals
+from mavjet.drivers.mavlink.transfers import MissionMismatch
+from mavjet.gateway.commands.logs import STARTED, started_data
+from mavjet.gateway.services import NatsAccess, VehicleHandle
+from mavjet.gateway.stores.blobs import BlobError, BlobFailure, fetch_plan
+from mavjet.gateway.twin.telemetry import Event
 
 _TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
 _REJECTED = (mavlink2.MAV_RESULT_DENIED, mavlink2.MAV_RESULT_UNSUPPORTED)
@@ -237,7 +237,7 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
 
 
 async def log_download(cmd: Command, ctx: ActionContext) -> Outcome:
-    """Find the log and start its download (gateway.commands.logs runs it): accepted means started."""
+    """Find the log and start its download (mavjet.gateway.commands.logs runs it): accepted means started."""
     wanted = str(cmd.params.get("log") or "latest")
     entries = await ctx.vehicle.session.list_logs()
     if not entries:

@@ -1,6 +1,6 @@
 """The gateway's command intake: one durable pull consumer per vehicle on TWIN_CMD.
 
-`CommandService` is a gateway service (`gateway.services.GatewayService`): it opens the
+`CommandService` is a gateway service (`mavjet.gateway.services.GatewayService`): it opens the
 ledger, waits for NATS, and runs one `VehicleCommands` loop per vehicle in
 its own task, so a vehicle that is slow to answer never holds up another.
 
@@ -43,14 +43,14 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from drivers.mavlink.backoff import Backoff
-from gateway.commands.executor import CommandExecutor, keepalive_interval_s
-from gateway.commands.keepalive import KeepAlives
-from gateway.commands.ledger import Ledger
-from gateway.commands.pull import PullOne
-from gateway.config import CommandsConfig, GatewayConfig
-from gateway.contract.subjects import CMD_STREAM, cmd_filter, command_consumer
-from gateway.services import ServiceContext, VehicleHandle
+from mavjet.contract.subjects import CMD_STREAM, cmd_filter, command_consumer
+from mavjet.drivers.mavlink.backoff import Backoff
+from mavjet.gateway.commands.executor import CommandExecutor, keepalive_interval_s
+from mavjet.gateway.commands.keepalive import KeepAlives
+from mavjet.gateway.commands.ledger import Ledger
+from mavjet.gateway.commands.pull import PullOne
+from mavjet.gateway.config import CommandsConfig, GatewayConfig
+from mavjet.gateway.services import ServiceContext, VehicleHandle
 
 log = structlog.get_logger("mavjet.commands")
 
@@ -218,10 +218,10 @@ class CommandService:
             for vehicle in ctx.vehicles.values():
                 self.loops[vehicle.vid] = VehicleCommands(vehicle, ledger, ctx, keepalives, api_limiter=api)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(keepalives.run, name="gateway.commands.in_progress")
+                tg.start_soon(keepalives.run, name="mavjet.gateway.commands.in_progress")
                 for vid, loop in self.loops.items():
                     tg.start_soon(loop.run, name=f"vehicle[{vid}].commands")
-                tg.start_soon(self._prune, ledger, name="gateway.commands.ledger_prune")
+                tg.start_soon(self._prune, ledger, name="mavjet.gateway.commands.ledger_prune")
                 self.started.set()
                 task_status.started()
         finally:

@@ -41,14 +41,8 @@ from typing import TypeVar
 import structlog
 from nats.aio.msg import Msg
 
-from gateway.commands.actions import ActionContext, Outcome, run_action
-from gateway.commands.keepalive import KeepAlives
-from gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
-from gateway.commands.recovery import CONFIRMED_DETAIL, RecoveryVerdict
-from gateway.commands.spec import CommandDef, decode
-from gateway.config import CommandsConfig
-from gateway.contract import envelope
-from gateway.contract.commands import (
+from mavjet.contract import envelope
+from mavjet.contract.commands import (
     CATALOGUE,
     CmdResult,
     Command,
@@ -56,11 +50,17 @@ from gateway.contract.commands import (
     effective_deadline_ns,
     result_data,
 )
-from gateway.contract.errors import LinkError
-from gateway.contract.subjects import event_subject
-from gateway.metrics import GatewayMetrics
-from gateway.services import Foreground, NatsAccess, VehicleHandle
-from gateway.telemetry import Event
+from mavjet.contract.errors import LinkError
+from mavjet.contract.subjects import event_subject
+from mavjet.gateway.commands.actions import ActionContext, Outcome, run_action
+from mavjet.gateway.commands.keepalive import KeepAlives
+from mavjet.gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
+from mavjet.gateway.commands.recovery import CONFIRMED_DETAIL, RecoveryVerdict
+from mavjet.gateway.commands.spec import CommandDef, decode
+from mavjet.gateway.config import CommandsConfig
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.gateway.services import Foreground, NatsAccess, VehicleHandle
+from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.commands")
 
@@ -147,7 +147,7 @@ class CommandExecutor:
                               issued_ns=None, delivered=delivered)
             return Disposition.TERM
 
-        # Issued to delivered: the time before the gateway (see gateway/metrics.py), by the issuer's clock.
+        # Issued to delivered: the time before the gateway (see gateway/runtime/metrics.py), by the issuer's clock.
         queued_s = max(0.0, (received_ns - cmd.issued_ns) / 1e9)
         self.metrics.command_phase.labels(phase="queue").observe(queued_s)
         prior = await self.ledger.lookup(self.vid, cmd.cmd_id)

@@ -57,7 +57,7 @@ from pathlib import Path
 import anyio
 import msgpack
 
-from gateway.sqlite import SqliteWorker
+from mavjet.gateway.publish.sqlite import SqliteWorker
 
 MAX_INDEXED = 200_000
 MARKS_BATCH = 128  # spooled marks written once this many are pending (or earlier, with a multi-row commit)

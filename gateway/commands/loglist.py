@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.mavlink.logs import LogEntry
-from gateway.commands.actions import ActionContext, Outcome
-from gateway.commands.logs import object_name
-from gateway.contract.commands import CmdResult, Command
-from gateway.services import LiveState
+from mavjet.contract.commands import CmdResult, Command
+from mavjet.drivers.mavlink.logs import LogEntry
+from mavjet.gateway.commands.actions import ActionContext, Outcome
+from mavjet.gateway.commands.logs import object_name
+from mavjet.gateway.services import LiveState
 
 MAX_ENTRIES = 256  # a cmd_result stays one small message; the newest are kept (ArduPilot numbers up to 500)
 

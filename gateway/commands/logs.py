@@ -16,7 +16,7 @@ arming mid-download (ArduPilot stops sending while armed) pauses the
 download, which resumes at the last received offset once the link is up and
 the vehicle disarmed. It ends `log_download_failed` only when no byte arrived
 for `stall_timeout_s`. The log is stored in TWIN_LOGS under the vehicle's
-own subjects (`gateway.logstore.put_log`: hash-addressed chunks and a name
+own subjects (`mavjet.gateway.stores.logstore.put_log`: hash-addressed chunks and a name
 record `<log id>-<date>.bin`), which a vehicle credential may write, so a
 log downloaded twice is sent once.
 """
@@ -35,13 +35,13 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from drivers.mavlink.logs import DEFAULT_LOG_CONFIG, LogConfig, LogEntry, LogError
-from gateway.blobs import BlobError
-from gateway.contract.errors import LinkError
-from gateway.logstore import object_name as log_object_name
-from gateway.logstore import put_log
-from gateway.services import ServiceContext, VehicleHandle
-from gateway.telemetry import Event
+from mavjet.contract.errors import LinkError
+from mavjet.drivers.mavlink.logs import DEFAULT_LOG_CONFIG, LogConfig, LogEntry, LogError
+from mavjet.gateway.services import ServiceContext, VehicleHandle
+from mavjet.gateway.stores.blobs import BlobError
+from mavjet.gateway.stores.logstore import object_name as log_object_name
+from mavjet.gateway.stores.logstore import put_log
+from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.logs")
 
@@ -60,7 +60,7 @@ class LogDownloadConfig:
 
 
 def object_name(vid: str, entry: LogEntry) -> str:
-    """`logs/<vid>/<log id>-<UTC start, or "undated">.bin` (stored in TWIN_LOGS, gateway/logstore.py)."""
+    """`logs/<vid>/<log id>-<UTC start, or "undated">.bin` (stored in TWIN_LOGS, gateway/stores/logstore.py)."""
     when = (datetime.fromtimestamp(entry.time_utc_s, UTC).strftime("%Y%m%dT%H%M%SZ")
             if entry.time_utc_s > 0 else "undated")
     return log_object_name(vid, f"{entry.log_id}-{when}.bin")

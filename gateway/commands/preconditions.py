@@ -8,10 +8,10 @@ which rule belongs to which command is decided once, in `spec.COMMANDS`.
 
 from __future__ import annotations
 
-from drivers.mavlink.autopilot import is_airborne
-from drivers.mavlink.modes import ModeTable, UnknownMode
-from gateway.contract.commands import Command, CommandInvalid
-from gateway.services import LiveState
+from mavjet.contract.commands import Command, CommandInvalid
+from mavjet.drivers.mavlink.autopilot import is_airborne
+from mavjet.drivers.mavlink.modes import ModeTable, UnknownMode
+from mavjet.gateway.services import LiveState
 
 # Modes in which an ArduPilot vehicle accepts MAV_CMD_NAV_TAKEOFF.
 ARDUPILOT_TAKEOFF_MODES: dict[str, frozenset[str]] = {

@@ -25,13 +25,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from drivers.mavlink.autopilot import is_airborne
-from drivers.mavlink.mission import FENCE, MISSION, RALLY
-from drivers.mavlink.plan import digest
-from gateway.blobs import fetch_plan
-from gateway.commands.actions import ActionContext
-from gateway.commands.preconditions import check_mode
-from gateway.contract.commands import Command
+from mavjet.contract.commands import Command
+from mavjet.drivers.mavlink.autopilot import is_airborne
+from mavjet.drivers.mavlink.mission import FENCE, MISSION, RALLY
+from mavjet.drivers.mavlink.plan import digest
+from mavjet.gateway.commands.actions import ActionContext
+from mavjet.gateway.commands.preconditions import check_mode
+from mavjet.gateway.stores.blobs import fetch_plan
 
 CONFIRMED_DETAIL = "confirmed by vehicle state after restart"
 GOTO_RADIUS_M = 5.0  # horizontal distance from the target that counts as "there"

@@ -2,7 +2,7 @@
 
 `COMMANDS` has exactly one `CommandDef` per name of the contract's
 `CATALOGUE` (a test holds it to that). Adding a command means adding its
-wire spec in `gateway.contract.commands` and one row here; the executor has
+wire spec in `mavjet.contract.commands` and one row here; the executor has
 no per-command branches.
 """
 
@@ -12,10 +12,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drivers.mavlink import autopilot
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import ModeTable
-from gateway.commands.actions import (
+from mavjet.contract.commands import (
+    CATALOGUE,
+    Command,
+    CommandInvalid,
+    CommandName,
+    CommandSpec,
+    decode_command,
+)
+from mavjet.drivers.mavlink import autopilot
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.modes import ModeTable
+from mavjet.gateway.commands.actions import (
     Action,
     MavAction,
     MavCommand,
@@ -26,8 +34,8 @@ from gateway.commands.actions import (
     param_set,
     set_mode_params,
 )
-from gateway.commands.loglist import log_list, log_list_failure
-from gateway.commands.preconditions import (
+from mavjet.gateway.commands.loglist import log_list, log_list_failure
+from mavjet.gateway.commands.preconditions import (
     check_mode,
     failsafe_refusal,
     goto_failure,
@@ -37,7 +45,7 @@ from gateway.commands.preconditions import (
     takeoff_failure,
     to_recovery_mode,
 )
-from gateway.commands.recovery import (
+from mavjet.gateway.commands.recovery import (
     UNOBSERVABLE,
     Recovery,
     airborne,
@@ -51,15 +59,7 @@ from gateway.commands.recovery import (
     no_effect,
     param_has_value,
 )
-from gateway.contract.commands import (
-    CATALOGUE,
-    Command,
-    CommandInvalid,
-    CommandName,
-    CommandSpec,
-    decode_command,
-)
-from gateway.services import LiveState
+from mavjet.gateway.services import LiveState
 
 Precondition = Callable[[Command, LiveState], "str | None"]
 VehicleCheck = Callable[[Command, "ModeTable | None"], None]
@@ -89,7 +89,7 @@ class CommandDef:
     - `action`: what it does to the vehicle;
     - `recovery`: what a redelivery does when the command was in flight at
       a gateway crash (confirm from the vehicle's state, re-send, or end
-      `unknown`; `gateway.commands.recovery`).
+      `unknown`; `mavjet.gateway.commands.recovery`).
     """
 
     wire: CommandSpec
@@ -179,7 +179,7 @@ _DEFS = (
         wire=_W[_N.REBOOT], flight_state=True, precondition=reboot_failure,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN, params=(1.0,))),
     ),
-    # Accepted once started; the download runs beside the command queue (gateway.commands.logs).
+    # Accepted once started; the download runs beside the command queue (mavjet.gateway.commands.logs).
     CommandDef(wire=_W[_N.LOG_DOWNLOAD], precondition=log_download_failure, action=log_download,
                recovery=Recovery(observe=no_effect, resend=True, rule="starting a download again is harmless")),
     CommandDef(wire=_W[_N.LOG_LIST], precondition=log_list_failure, action=log_list,

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.shadow.diff import DeltaBook, retry_delay_s
+from mavjet.gateway.shadow.diff import DeltaBook, retry_delay_s
 
 _EMITTED_MAX = 1024  # bound on the (revision, path) pairs remembered as already announced
 

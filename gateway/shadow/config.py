@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from gateway.contract.errors import ConfigError
+from mavjet.contract.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

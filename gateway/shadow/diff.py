@@ -5,7 +5,7 @@ Two kinds of field:
 - Config fields (params, mission, geofence, rates) are level-triggered: the
   reconciler compares desired with what it last read back from the vehicle
   (`LiveConfig`) and re-applies until they agree, after a reboot too. Each
-  comparison is its step's `observe()` (gateway.shadow.steps).
+  comparison is its step's `observe()` (mavjet.gateway.shadow.steps).
 - Flight-state fields (mode, armed) are edge-triggered per desired revision:
   each is acted on at most once for a revision (`flight_due`), never while a
   failsafe or an autopilot-chosen recovery mode holds the vehicle
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from drivers.mavlink.backoff import capped_delay_s
-from drivers.mavlink.mission import MissionItem
+from mavjet.drivers.mavlink.backoff import capped_delay_s
+from mavjet.drivers.mavlink.mission import MissionItem
 
 
 def retry_delay_s(attempts: int, initial_s: float, max_s: float, factor: float = 2.0) -> float:

@@ -17,7 +17,7 @@ Fields (any may be absent: absent = no opinion):
 - `params` {NAME: number}, `mission` {object, digest}, `geofence`
   {polygons, circles, max_alt_m, action}, `rates` {channel: hz} —
   configuration, level-triggered. The geofence schema and its conversion
-  to FENCE items and parameters are drivers.mavlink.fence's.
+  to FENCE items and parameters are mavjet.drivers.mavlink.fence's.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from drivers.mavlink.fence import Geofence, GeofenceError, geofence_from_dict
-from drivers.mavlink.params import INT_TYPES, PARAM_ID_MAX_LEN
+from mavjet.drivers.mavlink.fence import Geofence, GeofenceError, geofence_from_dict
+from mavjet.drivers.mavlink.params import INT_TYPES, PARAM_ID_MAX_LEN
 
 FLIGHT_FIELDS = ("mode", "armed")
 CONFIG_FIELDS = ("params", "mission", "geofence", "rates")
@@ -67,7 +67,7 @@ _INT_RANGES: dict[int, tuple[int, int]] = {
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MissionSpec:
     object: str  # name in TWIN_BLOBS, e.g. missions/survey.plan
-    digest: str  # drivers.mavlink.plan.digest of its mission items (hex, >= 12 chars)
+    digest: str  # mavjet.drivers.mavlink.plan.digest of its mission items (hex, >= 12 chars)
 
     def matches(self, digest: str) -> bool:
         return digest.startswith(self.digest)

@@ -1,6 +1,6 @@
 """Reported geofence and stream-rate specs in MAVLink terms. Pure.
 
-A desired geofence (drivers.mavlink.fence.Geofence) is two things on an
+A desired geofence (mavjet.drivers.mavlink.fence.Geofence) is two things on an
 ArduPilot vehicle: FENCE mission items and parameters. `fence_to_json` turns
 what was read back (items downloaded, PARAM_VALUEs) into the document shape
 for `reported.geofence`.
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.fence import FENCE_ACTIONS
-from drivers.mavlink.mission import MissionItem
-from drivers.mavlink.plan import digest
-from gateway.shadow.document import RATE_CHANNELS
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.fence import FENCE_ACTIONS
+from mavjet.drivers.mavlink.mission import MissionItem
+from mavjet.drivers.mavlink.plan import digest
+from mavjet.gateway.shadow.document import RATE_CHANNELS
 
 
 def fence_to_json(items: list[MissionItem] | tuple[MissionItem, ...], params: dict[str, float]) -> dict[str, Any]:

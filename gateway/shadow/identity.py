@@ -13,12 +13,12 @@ from typing import Any
 
 import structlog
 
-from drivers.mavlink.session import Session
-from gateway.config import GatewayConfig
-from gateway.contract.subjects import shadow_key
-from gateway.services import TelemetryView
-from gateway.shadow.diff import iso
-from gateway.shadow.kvstore import ShadowStore
+from mavjet.contract.subjects import shadow_key
+from mavjet.drivers.mavlink.session import Session
+from mavjet.gateway.config import GatewayConfig
+from mavjet.gateway.services import TelemetryView
+from mavjet.gateway.shadow.diff import iso
+from mavjet.gateway.shadow.kvstore import ShadowStore
 
 log = structlog.get_logger("mavjet.shadow")
 

@@ -40,10 +40,10 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KeyValue
 
-from drivers.mavlink.backoff import capped_delay_s
-from gateway.contract.errors import MavjetError
-from gateway.contract.subjects import SHADOW_BUCKET, SHADOW_STREAM, shadow_kv_subject
-from gateway.services import NatsAccess
+from mavjet.contract.errors import MavjetError
+from mavjet.contract.subjects import SHADOW_BUCKET, SHADOW_STREAM, shadow_kv_subject
+from mavjet.drivers.mavlink.backoff import capped_delay_s
+from mavjet.gateway.services import NatsAccess
 
 log = structlog.get_logger("mavjet.shadow")
 

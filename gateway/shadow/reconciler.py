@@ -1,6 +1,6 @@
 """One vehicle's shadow controller: desired → vehicle, vehicle → reported.
 
-A pass runs the steps (gateway.shadow.steps: params, mission, geofence,
+A pass runs the steps (mavjet.gateway.shadow.steps: params, mission, geofence,
 rates, mode, armed) in that order; each compares the desired document with
 what was last read back and acts on what differs through the vehicle's
 MAVLink session. Passes run when the desired document changes, when the
@@ -32,22 +32,21 @@ from typing import Any
 import anyio
 import structlog
 
-from drivers.mavlink.autopilot import is_airborne
-from drivers.mavlink.modes import RECOVERY_MODES
-from drivers.mavlink.plan import Plan
-from gateway.blobs import fetch_plan
-from gateway.config import GatewayConfig
-from gateway.contract.errors import LinkError
-from gateway.contract.subjects import shadow_key
-from gateway.metrics import GatewayMetrics
-from gateway.services import NatsAccess, VehicleHandle
-from gateway.shadow.book import RetryBook
-from gateway.shadow.config import ShadowConfig
-from gateway.shadow.diff import FlightRecord, LiveConfig, VehicleView, iso, retry_delay_s
-from gateway.shadow.document import EMPTY, Desired, parse_desired
-from gateway.shadow.identity import IdentityWriter
-from gateway.shadow.kvstore import DesiredEntry, ReportedWriter, ShadowStore, watch_key
-from gateway.shadow.steps import (
+from mavjet.contract.errors import LinkError
+from mavjet.contract.subjects import shadow_key
+from mavjet.drivers.mavlink.autopilot import is_airborne
+from mavjet.drivers.mavlink.modes import RECOVERY_MODES
+from mavjet.drivers.mavlink.plan import Plan
+from mavjet.gateway.config import GatewayConfig
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.gateway.services import NatsAccess, VehicleHandle
+from mavjet.gateway.shadow.book import RetryBook
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.shadow.diff import FlightRecord, LiveConfig, VehicleView, iso, retry_delay_s
+from mavjet.gateway.shadow.document import EMPTY, Desired, parse_desired
+from mavjet.gateway.shadow.identity import IdentityWriter
+from mavjet.gateway.shadow.kvstore import DesiredEntry, ReportedWriter, ShadowStore, watch_key
+from mavjet.gateway.shadow.steps import (
     FlightStep,
     FlightTracker,
     GeofenceStep,
@@ -57,10 +56,11 @@ from gateway.shadow.steps import (
     Step,
     StepContext,
 )
-from gateway.shadow.steps.base import fmt_number
-from gateway.shadow.steps.geofence import reported_fence
-from gateway.shadow.steps.params import on_param_value
-from gateway.telemetry import Event
+from mavjet.gateway.shadow.steps.base import fmt_number
+from mavjet.gateway.shadow.steps.geofence import reported_fence
+from mavjet.gateway.shadow.steps.params import on_param_value
+from mavjet.gateway.stores.blobs import fetch_plan
+from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.shadow")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import anyio
 from anyio.abc import TaskStatus
 
-from gateway.services import ServiceContext
-from gateway.shadow.config import ShadowConfig
-from gateway.shadow.kvstore import ShadowStore
-from gateway.shadow.reconciler import VehicleReconciler
+from mavjet.gateway.services import ServiceContext
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.shadow.kvstore import ShadowStore
+from mavjet.gateway.shadow.reconciler import VehicleReconciler
 
 
 class ShadowService:

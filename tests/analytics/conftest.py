@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from analytics.synth import AuditConfig, Truth
-from gateway.ops.natsserver import NatsServer
+from mavjet.analytics.synth import AuditConfig, Truth
+from mavjet.ops.natsserver import NatsServer
 from tests.analytics.support import ENV, HISTORY_END_NS, History, publish_history
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from analytics.session import get_spark
+    from mavjet.analytics.session import get_spark
 
     session = get_spark("local[2]", app_name="mavjet-tests")
     try:

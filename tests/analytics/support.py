@@ -6,10 +6,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from analytics.synth import AuditConfig, Truth, publish
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.synth import ensure_stream
+from mavjet.analytics.synth import AuditConfig, Truth, publish
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.synth import ensure_stream
 
 ENV = "test"
 # 2025-06-15T00:00:00Z: fixed, so the history is the same on every run.
@@ -81,7 +81,7 @@ def start_standalone(work_dir: str, *, cores: int = 2, timeout_s: float = 60.0) 
 
     import pyspark
 
-    from gateway.ops.natsserver import free_port, wait_port
+    from mavjet.ops.natsserver import free_port, wait_port
 
     home = Path(pyspark.__file__).resolve().parent
     spark_class = str(home / "bin" / "spark-class")

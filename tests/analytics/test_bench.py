@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import replay as bench
-from gateway.ops.natsserver import NatsServer
+from mavjet.benchmarks import replay as bench
+from mavjet.ops.natsserver import NatsServer
 
 
 # the end-to-end stage starts `mavjet replay` in a process of its own: a second JVM

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from analytics import fleet, jobs
-from analytics.columns import SCHEMA_DDL
-from analytics.synth import Truth, generate
-from gateway.contract.units import haversine_m
+from mavjet.analytics import fleet, jobs
+from mavjet.analytics.columns import SCHEMA_DDL
+from mavjet.analytics.synth import Truth, generate
+from mavjet.contract.units import haversine_m
 from tests.analytics.support import History, read
 from tests.analytics.test_jobs import _ns, _pct
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from analytics.charts import time_series_figure, track_figure
-from analytics.flightreport import flight_file, flight_page, project_m, track_svg
-from gateway.contract.units import haversine_m
+from mavjet.analytics.charts import time_series_figure, track_figure
+from mavjet.analytics.flightreport import flight_file, flight_page, project_m, track_svg
+from mavjet.contract.units import haversine_m
 
 T0 = dt.datetime(2025, 6, 1, 12, 0, 0)
 
@@ -194,7 +194,7 @@ def _edges(runs: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]
 def test_headless_chromium_screenshots_of_the_front_page_and_a_flight_page(tmp_path: Path) -> None:
     import numpy as np
 
-    from analytics.report import ReportData, render
+    from mavjet.analytics.report import ReportData, render
 
     # The flight page: a 1 km square flown east, north, west, south must come out square on screen.
     page = tmp_path / "flight.html"

@@ -11,16 +11,16 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from analytics import jobs
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.analytics import jobs
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import read
 
 
 async def _fly_with_battery_failsafe(url: str, state_dir: Path) -> None:
-    from drivers.mavlink.dialect import mavlink2 as m
-    from sim.fleet import SimConfig, SimFleet
+    from mavjet.drivers.mavlink.dialect import mavlink2 as m
+    from mavjet.sim.fleet import SimConfig, SimFleet
     from tests.support import gateway_config, running_gateway, wait_for, wait_for_async
 
     nc = await open_client(url)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from analytics import jobs
-from analytics.columns import SCHEMA_DDL
-from gateway.contract.units import haversine_m
+from mavjet.analytics import jobs
+from mavjet.analytics.columns import SCHEMA_DDL
+from mavjet.contract.units import haversine_m
 from tests.analytics.support import History, read
 
 EPOCH = dt.datetime(1970, 1, 1)

@@ -9,13 +9,13 @@ from xml.etree import ElementTree
 import msgpack
 import pytest
 
-from analytics.columns import COLUMN_NAMES, SCHEMA_DDL, Columns, event_type
-from analytics.options import SourceOptions, format_time_us, parse_time_us, plan_ranges
-from analytics.report import ReportData, bar_chart, grouped_log_bars, render, stacked_columns
-from analytics.synth import AuditConfig, Truth, generate
-from gateway.contract.envelope import pack
-from gateway.contract.errors import ConfigError
-from gateway.contract.units import haversine_m
+from mavjet.analytics.columns import COLUMN_NAMES, SCHEMA_DDL, Columns, event_type
+from mavjet.analytics.options import SourceOptions, format_time_us, parse_time_us, plan_ranges
+from mavjet.analytics.report import ReportData, bar_chart, grouped_log_bars, render, stacked_columns
+from mavjet.analytics.synth import AuditConfig, Truth, generate
+from mavjet.contract.envelope import pack
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.units import haversine_m
 
 T0_NS = 1_749_945_600 * 10**9
 
@@ -160,7 +160,7 @@ def test_typed_only_decoding_leaves_data_null_and_the_rest_equal() -> None:
 def test_reader_header_parser_gives_what_nats_py_gives() -> None:
     from nats.aio.client import Client
 
-    from analytics.natsread import _header_lines
+    from mavjet.analytics.natsread import _header_lines
 
     cases = [
         b"Nats-Msg-Id: VID-0001:evt:1749945600000000000\r\n\r\n",

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from analytics.replay import ReplayConfig, build_parser, config_from_args, run_replay
-from gateway.contract.errors import ConfigError
+from mavjet.analytics.replay import ReplayConfig, build_parser, config_from_args, run_replay
+from mavjet.contract.errors import ConfigError
 from tests.analytics.support import ENV, History, parquet_rows, start_standalone
 
 OUTPUTS = {
@@ -105,7 +105,7 @@ def test_cli_arguments() -> None:
 
 
 def test_spark_conf_sets_driver_memory_and_rejects_nonsense() -> None:
-    from analytics.session import DEFAULT_DRIVER_MEMORY, spark_conf
+    from mavjet.analytics.session import DEFAULT_DRIVER_MEMORY, spark_conf
 
     assert spark_conf("local[2]")["spark.driver.memory"] == DEFAULT_DRIVER_MEMORY
     assert spark_conf("local[2]", driver_memory="512m")["spark.driver.memory"] == "512m"
@@ -131,7 +131,7 @@ def test_standalone_cluster_gives_the_same_results(
         out = tmp_path / "replay-cluster"
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", "replay", "--master", cluster.master_url, "--out", str(out),
+            [sys.executable, "-m", "mavjet.ops.cli", "replay", "--master", cluster.master_url, "--out", str(out),
              "--nats", history.url, "--env", ENV, "--from", start.isoformat(), "--to", end.isoformat(),
              "--vid", "VID-0002"],
             env=env, capture_output=True, text=True, timeout=400, check=False,

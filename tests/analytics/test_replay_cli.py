@@ -9,16 +9,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analytics.progress import SparkTicker
-from analytics.replay import LineProgress, error_line
-from gateway.ops.natsserver import free_port
+from mavjet.analytics.progress import SparkTicker
+from mavjet.analytics.replay import LineProgress, error_line
+from mavjet.ops.natsserver import free_port
 
 
 def test_unreachable_nats_is_one_line_and_exit_2(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "replay", "--since", "1h", "--out", str(tmp_path / "out"),
+        [sys.executable, "-m", "mavjet.ops.cli", "replay", "--since", "1h", "--out", str(tmp_path / "out"),
          "--nats", f"nats://127.0.0.1:{port}", "--env", "test"],
         capture_output=True, text=True, timeout=120, check=False,
     )
@@ -68,7 +68,7 @@ def test_error_line_digs_the_source_error_out_of_a_spark_trace() -> None:
     trace = (
         "An error occurred while calling o52.count.\n: org.apache.spark.SparkException: Job aborted\n"
         "  File \"/x/worker.py\", line 1\n"
-        "analytics.natsread.SourceError: jetstream source TWIN_EVENTS: no message for 30.0 s at seq 17\n"
+        "mavjet.analytics.natsread.SourceError: jetstream source TWIN_EVENTS: no message for 30.0 s at seq 17\n"
         "\tat org.apache.spark.api.python...\n"
     )
     assert error_line(RuntimeError(trace)) == "jetstream source TWIN_EVENTS: no message for 30.0 s at seq 17"

@@ -15,8 +15,8 @@ import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analytics import charts
-from analytics.report import bar_chart, grouped_log_bars, stacked_columns
+from mavjet.analytics import charts
+from mavjet.analytics.report import bar_chart, grouped_log_bars, stacked_columns
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from gateway.contract.envelope import HEADERS, pack
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.contract.envelope import HEADERS, pack
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import History, read
 
 
@@ -99,7 +99,7 @@ def test_undecodable_messages_become_error_rows(spark: Any, nats_server: NatsSer
 
 
 def test_unreachable_server_fails_with_a_clear_error(spark: Any) -> None:
-    from gateway.ops.natsserver import free_port
+    from mavjet.ops.natsserver import free_port
 
     df = read(spark, f"nats://127.0.0.1:{free_port()}", timeout="3s")
     with pytest.raises(Exception, match="cannot connect"):

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from analytics.classcache import ENV_SWITCH, archive_options
-from analytics.pydaemon import _without_spark_zips
-from analytics.session import DAEMON_MODULE, spark_conf
+from mavjet.analytics.classcache import ENV_SWITCH, archive_options
+from mavjet.analytics.pydaemon import _without_spark_zips
+from mavjet.analytics.session import DAEMON_MODULE, spark_conf
 
 
 def test_archive_options_record_then_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +63,7 @@ def test_workers_import_pyspark_from_site_packages(spark: Any) -> None:
 
 _PROBE = """
 import json, os, sys
-from analytics.session import get_spark
+from mavjet.analytics.session import get_spark
 from pyspark import SparkContext
 spark = get_spark("local[1]", app_name="mavjet-cds-test")
 pid = SparkContext._gateway.proc.pid

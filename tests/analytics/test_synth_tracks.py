@@ -1,7 +1,7 @@
 """`mavjet synth` also writes the flight recorder's track: one sample per 1/track_hz s of every synthetic flight.
 
-The samples are built the way gateway/recorder.py builds a real vehicle's
-(`gateway.contract.tracks`), on its subject, and read back here with
+The samples are built the way gateway/stores/recorder.py builds a real vehicle's
+(`mavjet.contract.tracks`), on its subject, and read back here with
 analytics/tracks.py's reader from a real nats-server. Tolerance of the count:
 a flight of D seconds at R Hz has floor(D x R) + 1 periodic samples plus the
 one at the disarm, so |count - D x R| <= 2.
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from analytics.synth import (
+from mavjet.analytics.synth import (
     AuditConfig,
     SynthEvent,
     Truth,
@@ -30,12 +30,12 @@ from analytics.synth import (
     publish,
     publish_history,
 )
-from analytics.synthtrack import FlightPath, period_ns
-from analytics.tracks import COLUMNS, read_tracks, track_options
-from gateway.contract.envelope import unpack
-from gateway.contract.subjects import EVENTS_STREAM, TRACKS_STREAM, track_subject
-from gateway.contract.tracks import track_msg_id
-from gateway.ops.natsserver import NatsServer
+from mavjet.analytics.synthtrack import FlightPath, period_ns
+from mavjet.analytics.tracks import COLUMNS, read_tracks, track_options
+from mavjet.contract.envelope import unpack
+from mavjet.contract.subjects import EVENTS_STREAM, TRACKS_STREAM, track_subject
+from mavjet.contract.tracks import track_msg_id
+from mavjet.ops.natsserver import NatsServer
 from tests.analytics.support import read
 
 END_NS = 1_795_000_000 * 10**9
@@ -118,7 +118,7 @@ async def test_synth_tracks_read_back_with_the_tracks_reader(
     assert out.events == truth.events and out.track_samples > 0
 
     def read_back() -> tuple[tuple[str, ...], list[Any], list[Any]]:
-        """Off the event loop: the reader runs its own (analytics.natsread)."""
+        """Off the event loop: the reader runs its own (mavjet.analytics.natsread)."""
         track = read_tracks(spark, track_options({"url": nats_server.url}, "test"))
         assert track is not None
         stored = read(spark, nats_server.url, stream=TRACKS_STREAM, subjects=track_subject("test", "*"))
@@ -198,7 +198,7 @@ async def test_max_events_cuts_the_tracks_at_the_last_published_event(provisione
 
 
 def test_synth_command_writes_tracks_and_refuses_a_bad_rate(nats_server: NatsServer, tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "gateway", "synth", "--vehicles", "2", "--days", "1", "--seed", "5",
+    base = [sys.executable, "-m", "mavjet.ops", "synth", "--vehicles", "2", "--days", "1", "--seed", "5",
             "--end", "2026-11-01T00:00:00Z", "--nats", nats_server.url, "--env", "test"]
     summary_file = tmp_path / "truth.json"
     out = subprocess.run([*base, "--track-hz", "0.5", "--json", str(summary_file)], capture_output=True, text=True,
@@ -209,7 +209,7 @@ def test_synth_command_writes_tracks_and_refuses_a_bad_rate(nats_server: NatsSer
     assert summary["published"] == summary["events"]
 
     async def stored() -> int:
-        from gateway.contract.natsconn import open_client
+        from mavjet.contract.natsconn import open_client
 
         nc = await open_client(nats_server.url)
         try:

@@ -12,25 +12,25 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from analytics import jobs
-from analytics.flightpages import collect_flights
-from analytics.flightreport import flight_file
-from analytics.options import parse_time_us
-from analytics.replay import ReplayConfig, run_replay
-from analytics.tracks import COLUMNS, TrackReader, has_samples, read_tracks, track_options
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import TRACKS_STREAM
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.analytics import jobs
+from mavjet.analytics.flightpages import collect_flights
+from mavjet.analytics.flightreport import flight_file
+from mavjet.analytics.options import parse_time_us
+from mavjet.analytics.replay import ReplayConfig, run_replay
+from mavjet.analytics.tracks import COLUMNS, TrackReader, has_samples, read_tracks, track_options
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import TRACKS_STREAM
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 from tests.analytics.support import read
 
 
 async def _fly(url: str, state_dir: Path) -> int:
     """Arm, climb to 10 m, land; returns how many samples the recorder took."""
-    from drivers.mavlink.dialect import mavlink2 as m
-    from gateway.daemon import Gateway
-    from gateway.recorder import TrackRecorder
-    from sim.fleet import SimConfig, SimFleet
+    from mavjet.drivers.mavlink.dialect import mavlink2 as m
+    from mavjet.gateway.daemon import Gateway
+    from mavjet.gateway.stores.recorder import TrackRecorder
+    from mavjet.sim.fleet import SimConfig, SimFleet
     from tests.support import gateway_config, running, wait_for, wait_for_async
 
     nc = await open_client(url)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.commands.spec import decode
-from gateway.contract.commands import CommandInvalid
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.commands import CommandInvalid
+from mavjet.gateway.commands.spec import decode
+from mavjet.ops.natsserver import NatsServer
 from tests.commands.test_fuzz_bodies import KNOWN_BAD, MAX
 from tests.support.commands import command_rig, consumer_idle, dispositions_settled
 

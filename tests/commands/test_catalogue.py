@@ -9,11 +9,7 @@ from dataclasses import dataclass
 import msgpack
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
-from gateway.commands.preconditions import check_mode
-from gateway.commands.spec import mav_action, precondition_failure
-from gateway.contract.commands import (
+from mavjet.contract.commands import (
     CATALOGUE,
     Command,
     CommandInvalid,
@@ -23,6 +19,10 @@ from gateway.contract.commands import (
     result_data,
     validate_params,
 )
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
+from mavjet.gateway.commands.preconditions import check_mode
+from mavjet.gateway.commands.spec import mav_action, precondition_failure
 
 COPTER = ModeTable(flavour=Flavour.ARDUPILOT, vehicle_class=VehicleClass.COPTER)
 PX4 = ModeTable(flavour=Flavour.PX4, vehicle_class=VehicleClass.COPTER)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
+from mavjet.ops.natsserver import NatsServer
 from tests.support.commands import ENV, command_rig
 
 
 async def mavjet(*args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        sys.executable, "-m", "mavjet.ops", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     async with asyncio.timeout(timeout_s):
         out, err = await proc.communicate()

@@ -22,11 +22,11 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.js.api import StreamInfo
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.commands.ledger import IN_FLIGHT, outcome_log_path, read_outcome_log
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.commands.ledger import IN_FLIGHT, outcome_log_path, read_outcome_log
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support.commands import ENV, cmd_results, ready_to_fly
 
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
@@ -110,7 +110,7 @@ def ledger_result(path: Path, cmd_id: str) -> str | None:
 async def start_gateway(url: str, endpoint: str, tmp_path: Path, log_name: str) -> asyncio.subprocess.Process:
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(CONFIG)
-    args = [sys.executable, "-m", "gateway", "gateway", "--config", str(cfg), "--nats", url, "--env", ENV,
+    args = [sys.executable, "-m", "mavjet.ops", "gateway", "--config", str(cfg), "--nats", url, "--env", ENV,
             "--state-dir", str(tmp_path / "state"), "--instance", "proc-gw", "--vehicle", f"VID-001={endpoint}"]
     with (tmp_path / log_name).open("wb") as log:
         return await asyncio.create_subprocess_exec(*args, stdout=log, stderr=log)

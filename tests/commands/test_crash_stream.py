@@ -17,11 +17,11 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
-from sim.vehicle import SimVehicle
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.vehicle import SimVehicle
 from tests.commands.test_crash import start_gateway, stop, stream_drained
 from tests.support.commands import ENV, cmd_results, ready_to_fly
 from tests.support.wait import wait_for_async

@@ -9,11 +9,11 @@ from pathlib import Path
 import nats.errors
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.commands.consumer import API_CONCURRENCY
-from gateway.contract.subjects import CMD_STREAM
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig
+from mavjet.contract.subjects import CMD_STREAM
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.commands.consumer import API_CONCURRENCY
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
 from tests.support import wait_for
 from tests.support.commands import cmd_results, command_rig, ready_to_fly
 

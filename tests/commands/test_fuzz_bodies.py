@@ -19,17 +19,17 @@ from typing import Any
 import msgpack
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
-from gateway.commands.spec import decode
-from gateway.contract import envelope
-from gateway.contract.commands import (
+from mavjet.contract import envelope
+from mavjet.contract.commands import (
     CATALOGUE,
     Command,
     CommandInvalid,
     encode_command,
     result_data,
 )
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
+from mavjet.gateway.commands.spec import decode
 
 SEED = 20261123
 BODIES = 100_000

@@ -9,8 +9,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gateway.commands.keepalive import KeepAlives
-from gateway.contract.errors import LinkError
+from mavjet.contract.errors import LinkError
+from mavjet.gateway.commands.keepalive import KeepAlives
 
 
 def _counter(calls: list[str], name: str) -> Callable[[], Awaitable[None]]:

@@ -6,7 +6,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from gateway.commands.ledger import Ledger, LedgerEntry
+from mavjet.gateway.commands.ledger import Ledger, LedgerEntry
 
 
 def entry(cmd_id: str, result: str = "accepted", at_ns: int | None = None) -> LedgerEntry:
@@ -73,7 +73,7 @@ async def test_concurrent_records_are_group_committed(tmp_path: Path) -> None:
 
 async def test_single_rows_take_one_statement_and_marks_are_batched(tmp_path: Path) -> None:
     """A vehicle's in-flight and final rows are one statement each; spooled marks wait for a batch or a read."""
-    from gateway.commands.ledger import MARKS_BATCH, in_flight_entry
+    from mavjet.gateway.commands.ledger import MARKS_BATCH, in_flight_entry
 
     path = tmp_path / "m.sqlite"
     ledger = Ledger(path)
@@ -97,7 +97,7 @@ async def test_single_rows_take_one_statement_and_marks_are_batched(tmp_path: Pa
 
 async def test_final_row_in_the_outcome_log_survives_a_crash(tmp_path: Path) -> None:
     """A final row after this process's in-flight row is one append to the log: a killed process keeps it."""
-    from gateway.commands.ledger import in_flight_entry
+    from mavjet.gateway.commands.ledger import in_flight_entry
 
     path = tmp_path / "c.sqlite"
     ledger = Ledger(path)

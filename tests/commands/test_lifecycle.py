@@ -6,8 +6,8 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.ops.natsserver import NatsServer
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.ops.natsserver import NatsServer
 from tests.support import wait_for
 from tests.support.commands import cmd_results, command_rig, dispositions_settled, ready_to_fly
 
@@ -57,7 +57,7 @@ async def test_invalid_commands_are_terminated_with_the_reason(
 ) -> None:
     import msgpack
 
-    from gateway.contract.commands import encode_command
+    from mavjet.contract.commands import encode_command
 
     async with command_rig(provisioned, nats_server.url, tmp_path / "state") as rig:
         c = rig.client
@@ -162,7 +162,7 @@ async def test_param_set_and_read_back(provisioned: Client, nats_server: NatsSer
 async def test_failsafe_refuses_flight_commands_but_not_recovery(
     provisioned: Client, nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    from sim.fleet import SimConfig
+    from mavjet.sim.fleet import SimConfig
 
     sim = SimConfig(vehicles=1, base_port=0, speedup=10.0)
     async with command_rig(provisioned, nats_server.url, tmp_path / "state", sim=sim) as rig:

@@ -14,13 +14,13 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gateway.commands.logs import LogDownloadConfig, LogDownloadService
-from gateway.contract.envelope import unpack
-from gateway.daemon import Gateway
-from gateway.logstore import fetch_log, split_object
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig
-from sim.logs import LOG_DATA_BYTES
+from mavjet.contract.envelope import unpack
+from mavjet.gateway.commands.logs import LogDownloadConfig, LogDownloadService
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.stores.logstore import fetch_log, split_object
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
+from mavjet.sim.logs import LOG_DATA_BYTES
 from tests.support.commands import ENV, command_rig
 from tests.support.wait import wait_for
 
@@ -111,7 +111,7 @@ async def test_resumes_after_a_link_drop_from_the_last_offset(
 
 
 def mavjet_logs(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "logs", *args, "--nats", url, "--env", ENV],
+    return subprocess.run([sys.executable, "-m", "mavjet.ops", "logs", *args, "--nats", url, "--env", ENV],
                           capture_output=True, text=True, timeout=120, check=False)
 
 

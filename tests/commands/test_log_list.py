@@ -7,10 +7,10 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.contract.commands import decode_command
-from gateway.ops.natsserver import NatsServer
-from sim.logs import LogServer, SimLog, synthetic_log
+from mavjet.contract.commands import decode_command
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.logs import LogServer, SimLog, synthetic_log
 from tests.commands.test_log_download import VID, mavjet_logs, with_logs
 from tests.support.commands import ENV, command_rig
 from tests.support.wait import wait_for

@@ -13,12 +13,12 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from drivers.mavlink.mission import FENCE, RALLY
-from drivers.mavlink.plan import digest, parse_plan
-from gateway.contract.subjects import BLOBS_BUCKET
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig
-from sim.vehicle import SimVehicle
+from mavjet.contract.subjects import BLOBS_BUCKET
+from mavjet.drivers.mavlink.mission import FENCE, RALLY
+from mavjet.drivers.mavlink.plan import digest, parse_plan
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
+from mavjet.sim.vehicle import SimVehicle
 from tests.support import collect_events
 from tests.support.commands import ENV, command_rig, ready_to_fly
 
@@ -27,7 +27,7 @@ PLAN = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"
 
 def mission_put(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway", "mission", "put", *args, "--nats", url, "--env", ENV],
+        [sys.executable, "-m", "mavjet.ops", "mission", "put", *args, "--nats", url, "--env", ENV],
         capture_output=True, text=True, timeout=60, check=False,
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
+from mavjet.ops.natsserver import NatsServer
 from tests.commands.test_mission import PLAN, put_plan
 from tests.support import collect_events
 from tests.support.commands import command_rig

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.commands import FLOAT32_MAX, CommandInvalid, encode_command, validate_params
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.commands import FLOAT32_MAX, CommandInvalid, encode_command, validate_params
+from mavjet.ops.natsserver import NatsServer
 from tests.support.commands import command_rig
 
 

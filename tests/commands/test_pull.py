@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
 
-from gateway.commands.pull import CONFLICT_PAUSE_S, PullOne, has_internals
+from mavjet.gateway.commands.pull import CONFLICT_PAUSE_S, PullOne, has_internals
 
 STREAM, SUBJECT, DURABLE = "PULLTEST", "pulltest.cmd.>", "gw_pull"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.params import ParamEncoding, encoding_for
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig
+from mavjet.drivers.mavlink.params import ParamEncoding, encoding_for
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
 from tests.support.commands import command_rig
 from tests.support.wait import wait_for
 

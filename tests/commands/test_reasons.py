@@ -6,11 +6,11 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.commands.actions import reason_texts
-from gateway.ops.natsserver import NatsServer
-from gateway.telemetry import Event
-from sim.fleet import SimConfig
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.commands.actions import reason_texts
+from mavjet.gateway.twin.telemetry import Event
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
 from tests.support.commands import command_rig
 from tests.support.wait import wait_for
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.commands.ledger import in_flight_entry
-from gateway.commands.recovery import CONFIRMED_DETAIL
-from gateway.ops.client import DuplicateCommand
-from gateway.ops.natsserver import NatsServer
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.commands.ledger import in_flight_entry
+from mavjet.gateway.commands.recovery import CONFIRMED_DETAIL
+from mavjet.ops.client import DuplicateCommand
+from mavjet.ops.natsserver import NatsServer
 from tests.commands.test_cli import mavjet
 from tests.support import wait_for_async
 from tests.support.commands import (

@@ -9,11 +9,8 @@ from pathlib import Path
 
 import msgpack
 
-import gateway.commands.executor as executor_module
-from gateway.commands.actions import MavCommand
-from gateway.commands.executor import Disposition
-from gateway.commands.spec import _DEFS, COMMANDS, CommandDef, command_def
-from gateway.contract.commands import (
+import mavjet.gateway.commands.executor as executor_module
+from mavjet.contract.commands import (
     CATALOGUE,
     RESULTS,
     CmdResult,
@@ -21,6 +18,9 @@ from gateway.contract.commands import (
     CommandSpec,
     result_data,
 )
+from mavjet.gateway.commands.actions import MavCommand
+from mavjet.gateway.commands.executor import Disposition
+from mavjet.gateway.commands.spec import _DEFS, COMMANDS, CommandDef, command_def
 
 
 def test_every_catalogue_command_has_exactly_one_definition() -> None:
@@ -38,11 +38,11 @@ def test_every_catalogue_command_has_exactly_one_definition() -> None:
 
 
 def test_mav_commands_build_an_action_for_valid_params() -> None:
-    from gateway.contract.commands import Command, validate_params
+    from mavjet.contract.commands import Command, validate_params
 
     example = {"takeoff": {"alt_m": 10}, "set_mode": {"mode": "GUIDED"},
                "goto": {"lat_deg": 1.0, "lon_deg": 2.0, "alt_m": 10}}
-    from drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
+    from mavjet.drivers.mavlink.modes import Flavour, ModeTable, VehicleClass
 
     modes = ModeTable(flavour=Flavour.ARDUPILOT, vehicle_class=VehicleClass.COPTER)
     for name, defn in COMMANDS.items():
@@ -93,11 +93,11 @@ def test_command_names_are_the_catalogue_keys() -> None:
 
 
 def test_takeoff_uses_the_one_airborne_rule() -> None:
-    """LANDING is airborne (drivers.mavlink.autopilot): a takeoff while landing is refused like one in the air."""
-    from drivers.mavlink.autopilot import AIRBORNE_LANDED_STATES
-    from drivers.mavlink.dialect import mavlink2
-    from gateway.commands.preconditions import takeoff_failure
-    from gateway.contract.commands import Command
+    """LANDING is airborne (mavjet.drivers.mavlink.autopilot): a takeoff while landing is refused like one in the air."""
+    from mavjet.contract.commands import Command
+    from mavjet.drivers.mavlink.autopilot import AIRBORNE_LANDED_STATES
+    from mavjet.drivers.mavlink.dialect import mavlink2
+    from mavjet.gateway.commands.preconditions import takeoff_failure
 
     @dataclass
     class Live:

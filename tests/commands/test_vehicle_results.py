@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.ops.natsserver import NatsServer
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.ops.natsserver import NatsServer
 from tests.support.commands import (
     TEST_COMMANDS,
     cmd_results,

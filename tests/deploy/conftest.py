@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer, free_port
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer, free_port
 from tests.support.cluster import NatsCluster, cluster_config, wait_jetstream_ready
 
 

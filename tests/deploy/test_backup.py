@@ -15,11 +15,11 @@ from nats.aio.client import Client
 from nats.js import api as jsapi
 from nats.js.errors import NotFoundError
 
-from gateway.contract import envelope
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import cmd_subject, event_subject, shadow_key, state_subject
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.restore import replay_headers
+from mavjet.contract import envelope
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import cmd_subject, event_subject, shadow_key, state_subject
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.restore import replay_headers
 
 TWIN = ["KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_CMD", "TWIN_EVENTS", "TWIN_LOGS", "TWIN_STATE", "TWIN_TRACKS"]
 BIG = bytes((i * 7 + 3) % 251 for i in range(300_000))  # 3 chunks of 128KB
@@ -38,7 +38,7 @@ async def target(tmp_path: Path) -> AsyncIterator[tuple[NatsServer, Client]]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mavjet.ops", *args], capture_output=True, text=True,
                           timeout=120, check=False)
 
 

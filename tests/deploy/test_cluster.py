@@ -19,9 +19,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
 
-from gateway.contract import envelope
-from gateway.contract.subjects import cmd_subject, event_subject, shadow_key
-from gateway.ops.health import collect_health
+from mavjet.contract import envelope
+from mavjet.contract.subjects import cmd_subject, event_subject, shadow_key
+from mavjet.ops.health import collect_health
 from tests.support.cluster import NatsCluster
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,7 @@ async def retrying(op: Callable[[], Awaitable[T]], *, timeout_s: float = 30.0, w
 
 
 def provision_cluster(cluster: NatsCluster, deadline_s: float = 60.0) -> str:
-    exe = [sys.executable, "-m", "gateway", "provision", "--replicas", "3", "--env", ENV,
+    exe = [sys.executable, "-m", "mavjet.ops", "provision", "--replicas", "3", "--env", ENV,
            "--nats", cluster.url_list]
     deadline = time.monotonic() + deadline_s
     while True:

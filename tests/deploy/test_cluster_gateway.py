@@ -27,11 +27,9 @@ from typing import Any
 import anyio
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.commands.consumer import CommandService
-from gateway.contract import envelope
-from gateway.contract.natsconn import NatsOptions
-from gateway.contract.subjects import (
+from mavjet.contract import envelope
+from mavjet.contract.natsconn import NatsOptions
+from mavjet.contract.subjects import (
     CMD_STREAM,
     EVENTS_STREAM,
     SHADOW_BUCKET,
@@ -40,11 +38,13 @@ from gateway.contract.subjects import (
     shadow_key,
     state_subject,
 )
-from gateway.daemon import Gateway, with_services
-from gateway.ops.client import CommandClient
-from gateway.shadow.service import ShadowService
-from gateway.telemetry import Event
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.daemon import Gateway, with_services
+from mavjet.gateway.shadow.service import ShadowService
+from mavjet.gateway.twin.telemetry import Event
+from mavjet.ops.client import CommandClient
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.shadow.harness import FAST as FAST_SHADOW
 from tests.support import gateway_config, wait_for, wait_for_async
 from tests.support.cluster import NatsCluster

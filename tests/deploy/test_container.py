@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from gateway.config import build_config
-from gateway.entry import build_parser as gateway_parser
-from gateway.ops.monitor import build_parser as monitor_parser
-from gateway.ops.natsserver import free_port
-from gateway.ops.provision import build_parser as provision_parser
-from gateway.ops.provision import load_definitions
+from mavjet.gateway.config import build_config
+from mavjet.gateway.entry import build_parser as gateway_parser
+from mavjet.ops.monitor import build_parser as monitor_parser
+from mavjet.ops.natsserver import free_port
+from mavjet.ops.provision import build_parser as provision_parser
+from mavjet.ops.provision import load_definitions
 
 from . import yamlsubset
 
@@ -69,14 +69,14 @@ def test_containerfile_is_small_non_root_and_runs_the_gateway() -> None:
     user = stage["USER"].split(":")[0]
     assert user not in ("root", "0") and int(user) >= 1000
     assert json.loads(stage["ENTRYPOINT"]) == ["mavjet", "gateway"]
-    assert "mavjet = \"gateway.cli:main\"" in (ROOT / "pyproject.toml").read_text()
+    assert "mavjet = \"mavjet.ops.cli:main\"" in (ROOT / "pyproject.toml").read_text()
     # The default command is one the gateway accepts.
     cmd = json.loads(stage["CMD"])
     args = gateway_parser().parse_args(cmd)
     assert str(args.config) == "/etc/mavjet/gateway.toml" and args.metrics_port == 9108
     # Multi-stage: the build tools stay in the first stage.
     assert [w for w, _ in instructions()].count("FROM") == 2
-    # The image runs the hot path compiled (gateway/ops/compile.py), and the build fails if it would not.
+    # The image runs the hot path compiled (ops/compile.py), and the build fails if it would not.
     build_runs = " ".join(rest for w, rest in instructions()[: len(instructions()) - len(final_stage())] if w == "RUN")
     assert re.search(r"mavjet compile\s+&&", build_runs) and "mavjet compile --check" in build_runs
     assert "gcc" in build_runs and not any("gcc" in rest for w, rest in final_stage() if w == "RUN")
@@ -93,6 +93,9 @@ def test_containerfile_copies_exist_and_healthcheck_uses_python() -> None:
             assert (ROOT / src).exists(), f"COPY source {src} is not in the repository"
             dests[src] = dest
     assert dests["deploy/container/healthcheck.py"] == "/opt/mavjet/bin/mavjet-healthcheck"
+    # The build stage copies every folder the wheel maps to mavjet.<folder>: one missing fails pip install.
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert {dests.get(folder) for folder in package_dir.values()} == {f"./{f}" for f in package_dir.values()}
     stage = dict(final_stage())
     hc = stage["HEALTHCHECK"]
     m = re.search(r"CMD (\[.*\])", hc)

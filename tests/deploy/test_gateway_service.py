@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer, free_port
+from mavjet.ops.natsserver import NatsServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHCHECK = ROOT / "deploy" / "container" / "healthcheck.py"
@@ -63,7 +63,7 @@ def test_gateway_notifies_systemd(provisioned: Client, nats_server: NatsServer, 
     env.pop("MAVJET_NATS", None)
     env.pop("MAVJET_ENV", None)
     log_file = (tmp_path / "gateway.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "mavjet.ops", "gateway", "--config", str(cfg)],
                             stdout=log_file, stderr=log_file, env=env)
     got: list[tuple[float, bytes]] = []
     try:
@@ -105,7 +105,7 @@ def test_gateway_without_notify_socket_runs_and_stops(provisioned: Client, nats_
     cfg = service_config(tmp_path, nats_server.url, metrics_port, free_port())
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "MAVJET_NATS")}
     log_file = (tmp_path / "gateway.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "mavjet.ops", "gateway", "--config", str(cfg)],
                             stdout=log_file, stderr=log_file, env=env)
     try:
         deadline = time.monotonic() + 45

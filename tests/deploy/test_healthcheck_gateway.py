@@ -18,8 +18,8 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import gateway_config, running_gateway
 
 from .test_container import HEALTHCHECK, final_stage

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import TRACKS_STREAM
-from gateway.contract.tracks import track_msg_id
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.recorder import TrackRecorder
-from gateway.shadow.config import ShadowConfig
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import TRACKS_STREAM
+from mavjet.contract.tracks import track_msg_id
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.stores.recorder import TrackRecorder
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.deploy.test_leafnode import COMPANION, Proxy, hub, leaf, proxy  # noqa: F401 - the fixtures
 from tests.gateway.test_recorder import _arm, _command, _ready_to_arm, read_track
 from tests.support import gateway_config, running, wait_for, wait_for_async

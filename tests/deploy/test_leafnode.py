@@ -26,9 +26,9 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer, free_port
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer, free_port
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPANION = ROOT / "deploy/companion"

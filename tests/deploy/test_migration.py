@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract import envelope
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import cmd_subject, event_subject, shadow_key
-from gateway.ops.migrate import mirror_config, promoted_config
-from gateway.ops.natsserver import NatsServer, free_port
+from mavjet.contract import envelope
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import cmd_subject, event_subject, shadow_key
+from mavjet.ops.migrate import mirror_config, promoted_config
+from mavjet.ops.natsserver import NatsServer, free_port
 
 ENV = "test"
 # The link between the clusters carries JetStream API and mirror traffic only:
@@ -76,11 +76,11 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def migrate(*args: str) -> subprocess.CompletedProcess[str]:
-    return cli("-m", "gateway.ops.migrate", *args)
+    return cli("-m", "mavjet.ops.migrate", *args)
 
 
 def mavjet(*args: str) -> subprocess.CompletedProcess[str]:
-    return cli("-m", "gateway", *args)
+    return cli("-m", "mavjet.ops", *args)
 
 
 async def publish_events(nc: Client, start: int, stop: int) -> list[bool]:

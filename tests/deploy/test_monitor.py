@@ -18,8 +18,8 @@ from nats.js import api as jsapi
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.contract.natsconn import open_client
-from gateway.ops.health import (
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.health import (
     ConsumerHealth,
     Health,
     ReplicaHealth,
@@ -27,8 +27,8 @@ from gateway.ops.health import (
     Thresholds,
     evaluate,
 )
-from gateway.ops.monitor import HealthCollector
-from gateway.ops.natsserver import NatsServer, free_port
+from mavjet.ops.monitor import HealthCollector
+from mavjet.ops.natsserver import NatsServer, free_port
 from tests.support import wait_for_async
 
 from . import yamlsubset
@@ -198,7 +198,7 @@ async def test_monitor_exports_live_health(provisioned: Client, nats_server: Nat
     port = free_port()
     log = (tmp_path / "monitor.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "monitor", "--nats", nats_server.url, "--env", "test",
+        sys.executable, "-m", "mavjet.ops", "monitor", "--nats", nats_server.url, "--env", "test",
         "--listen", f"127.0.0.1:{port}", "--interval", "200ms", "--timeout", "1s",
         stdout=log, stderr=log)
     try:
@@ -236,7 +236,7 @@ def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> Non
 
         nc = await open_client(nats_server.url)
         try:
-            from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+            from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
             js = nc.jetstream()
             await provision(js, load_definitions(DEFINITIONS_DIR, env="test", replicas=1))
@@ -255,7 +255,7 @@ def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> Non
         finally:
             await nc.close()
 
-    exe = [sys.executable, "-m", "gateway", "monitor", "--once", "--nats", nats_server.url]
+    exe = [sys.executable, "-m", "mavjet.ops", "monitor", "--once", "--nats", nats_server.url]
     # Nothing provisioned yet: healthy (no streams at all), exit 0.
     ok = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=False)
     assert ok.returncode == 0 and "problems: none" in ok.stdout, ok.stdout + ok.stderr
@@ -267,8 +267,8 @@ def test_monitor_once_reports_crossed_thresholds(nats_server: NatsServer) -> Non
 
 def gateway_metric_names() -> set[str]:
     """Every series name the gateway's /metrics can expose."""
-    from gateway.linkmetrics import FAMILIES
-    from gateway.metrics import GatewayMetrics
+    from mavjet.gateway.runtime.linkmetrics import FAMILIES
+    from mavjet.gateway.runtime.metrics import GatewayMetrics
 
     gm = GatewayMetrics()
     gm.events.labels(type="armed").inc()
@@ -284,7 +284,7 @@ def gateway_metric_names() -> set[str]:
     src = (ROOT / "gateway" / "metrics.py").read_text()
     for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"', src):
         names.add(name + "_total" if kind == "Counter" else name)
-    for name, kind, _help in FAMILIES:  # the link families (gateway/linkmetrics.py)
+    for name, kind, _help in FAMILIES:  # the link families (gateway/runtime/linkmetrics.py)
         names.add(name + "_total" if kind == "counter" else name)
     return names
 
@@ -325,7 +325,7 @@ def vid_metric_names() -> set[str]:
             r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"[\s\S]{0,300}?labels=\[([^\]]*)\]', src):
         if '"vid"' in labels:
             out.add(name + "_total" if kind == "Counter" else name)
-    from gateway.linkmetrics import BY_TYPE, FAMILIES
+    from mavjet.gateway.runtime.linkmetrics import BY_TYPE, FAMILIES
 
     out |= {name + "_total" if kind == "counter" else name for name, kind, _ in FAMILIES if name != BY_TYPE}
     return out

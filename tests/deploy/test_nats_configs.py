@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.contract.natsconn import open_client
-from gateway.ops import auth
-from gateway.ops.natsserver import NatsServer, nats_server_binary
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.contract.natsconn import open_client
+from mavjet.ops import auth
+from mavjet.ops.natsserver import NatsServer, nats_server_binary
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.sdnotify import Notifier
+from mavjet.gateway.runtime.sdnotify import Notifier
 
 
 @pytest.fixture

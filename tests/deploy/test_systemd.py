@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import COMMANDS
+from mavjet.ops.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "deploy" / "systemd" / "mavjet-gateway.service"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.dialect import mavlink2
 
 VEHICLE_SYS = 1
 VEHICLE_COMP = 1

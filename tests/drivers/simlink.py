@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import anyio
 
-from drivers.mavlink.command import CommandConfig
-from drivers.mavlink.link import LinkConfig, MavlinkLink
-from drivers.mavlink.mission import MissionConfig
-from drivers.mavlink.params import ParamConfig
-from drivers.mavlink.runner import ProtocolConfig
-from drivers.mavlink.transport import Endpoint
-from sim.fleet import SimConfig, SimFleet
-from sim.vehicle import SimVehicle
+from mavjet.drivers.mavlink.command import CommandConfig
+from mavjet.drivers.mavlink.link import LinkConfig, MavlinkLink
+from mavjet.drivers.mavlink.mission import MissionConfig
+from mavjet.drivers.mavlink.params import ParamConfig
+from mavjet.drivers.mavlink.runner import ProtocolConfig
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.vehicle import SimVehicle
 from tests import support
 
 #: Timeouts for tests: short enough to keep retries quick, long enough for a loaded 2-core box.

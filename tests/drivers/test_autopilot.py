@@ -1,10 +1,10 @@
-"""The autopilot rules, each defined once in drivers.mavlink.autopilot."""
+"""The autopilot rules, each defined once in mavjet.drivers.mavlink.autopilot."""
 
 from __future__ import annotations
 
 import pytest
 
-from drivers.mavlink.autopilot import (
+from mavjet.drivers.mavlink.autopilot import (
     AIRBORNE_LANDED_STATES,
     FORCE_DISARM_MAGIC,
     arm_params,
@@ -14,8 +14,8 @@ from drivers.mavlink.autopilot import (
     is_vehicle_heartbeat,
     set_mode_params,
 )
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import Flavour, ModeTable, UnknownMode, VehicleClass
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.modes import Flavour, ModeTable, UnknownMode, VehicleClass
 from tests.drivers.helpers import heartbeat, wire
 
 CUSTOM = float(mavlink2.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED)

@@ -10,12 +10,12 @@ from collections import Counter
 import anyio
 import pytest
 
-from drivers.mavlink import chores as chores_mod
-from drivers.mavlink.chores import Chores
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.link import LinkConfig, LinkState, MavlinkLink
-from drivers.mavlink.transport import Endpoint
+from mavjet.drivers.mavlink import chores as chores_mod
+from mavjet.drivers.mavlink.chores import Chores
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.link import LinkConfig, LinkState, MavlinkLink
+from mavjet.drivers.mavlink.transport import Endpoint
 
 
 class _Job:

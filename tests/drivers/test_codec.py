@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from drivers.mavlink.codec import ConstantMessage, MavCodec
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.signing import MavSigning
+from mavjet.drivers.mavlink.codec import ConstantMessage, MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.signing import MavSigning
 
 
 def _heartbeat() -> object:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from drivers.mavlink.command import (
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.command import (
     MAV_RESULT_CANCELLED,
     CommandConfig,
     CommandProtocol,
@@ -13,8 +14,7 @@ from drivers.mavlink.command import (
     CommandState,
     mav_result_name,
 )
-from drivers.mavlink.dialect import mavlink2
-from gateway.contract.errors import ConfigError
+from mavjet.drivers.mavlink.dialect import mavlink2
 from tests.drivers.helpers import GCS_SYS, ack, heartbeat
 
 TAKEOFF = mavlink2.MAV_CMD_NAV_TAKEOFF

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.framer import Framer
-from drivers.mavlink.light import _TABLE, LightMessage
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.framer import Framer
+from mavjet.drivers.mavlink.light import _TABLE, LightMessage
 
 FRAMES = [bytes.fromhex(h) for h in
           json.loads((Path(__file__).parent / "fixtures" / "ardupilot_frames.json").read_text())["frames"]]

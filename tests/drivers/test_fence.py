@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.fence import GeofenceError, geofence_from_dict
-from drivers.mavlink.mission import FENCE
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.fence import GeofenceError, geofence_from_dict
+from mavjet.drivers.mavlink.mission import FENCE
 
 DOC: dict[str, Any] = {
     "polygons": [{"inclusion": True, "points": [[-35.36, 149.16], [-35.36, 149.17], [-35.37, 149.17], [-35.37, 149.16]]}],

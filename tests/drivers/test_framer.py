@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.framer import Framer
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.framer import Framer
 from tests.support.compiled import interpreted_only
 
 
@@ -93,7 +93,7 @@ def test_reset_drops_a_partial_frame_and_keeps_the_counters() -> None:
     assert [x._type for x in fr.feed(frame)] == ["ATTITUDE"]  # nothing of the old partial frame left
 
 
-@interpreted_only("drivers.mavlink.framer")
+@interpreted_only("mavjet.drivers.mavlink.framer")
 def test_codec_survives_a_parser_failure_without_losing_counts(monkeypatch: Any) -> None:
     """A framer bug drops that buffer only: counters never go backwards and parsing goes on."""
     enc = MavCodec(src_system=1, src_component=1)

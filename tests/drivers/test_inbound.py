@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import structlog
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.inbound import Inbound
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.inbound import Inbound
 
 FRAMES = [bytes.fromhex(h) for h in
           json.loads((Path(__file__).parent / "fixtures" / "ardupilot_frames.json").read_text())["frames"]]

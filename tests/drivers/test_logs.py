@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.logs import LOG_DATA_BYTES, LogConfig, LogList, LogTimeout, LogWindow
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.logs import LOG_DATA_BYTES, LogConfig, LogList, LogTimeout, LogWindow
 
 SYS = 1
 CFG = LogConfig(silence_s=1.0, max_attempts=3, window_bytes=900)

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.logs import LogConfig, LogList, LogWindow
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.logs import LogConfig, LogList, LogWindow
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ardupilot_log_download.json").read_text())
 CFG = LogConfig(silence_s=1.0, max_attempts=3, window_bytes=900)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import (
+from mavjet.contract.errors import ProtocolError
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import (
     FENCE,
     MISSION,
     MissionClear,
@@ -16,8 +17,7 @@ from drivers.mavlink.mission import (
     MissionTimeout,
     MissionUpload,
 )
-from drivers.mavlink.plan import digest
-from gateway.contract.errors import ProtocolError
+from mavjet.drivers.mavlink.plan import digest
 from tests.drivers.helpers import wire
 
 CFG = MissionConfig(item_timeout_s=1.0, max_retries=2)

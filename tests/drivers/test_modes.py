@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from drivers.mavlink.autopilot import is_autopilot_heartbeat
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.modes import (
+from mavjet.drivers.mavlink.autopilot import is_autopilot_heartbeat
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.modes import (
     Flavour,
     UnknownMode,
     VehicleClass,

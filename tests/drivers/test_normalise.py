@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
-from drivers.mavlink.modes import Flavour
-from drivers.mavlink.normalise import check_item, differences, readback, same_item
-from drivers.mavlink.plan import digest
-from drivers.mavlink.transfers import MissionMismatch, compare_readback
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
+from mavjet.drivers.mavlink.modes import Flavour
+from mavjet.drivers.mavlink.normalise import check_item, differences, readback, same_item
+from mavjet.drivers.mavlink.plan import digest
+from mavjet.drivers.mavlink.transfers import MissionMismatch, compare_readback
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ardupilot_readback.json").read_text())
 
@@ -137,7 +137,7 @@ def _plan_with(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_plan_refuses_a_global_item_without_altitude_naming_index_and_field() -> None:
-    from drivers.mavlink.plan import PlanError, plan_from_dict
+    from mavjet.drivers.mavlink.plan import PlanError, plan_from_dict
 
     bad = {"type": "SimpleItem", "command": 16, "frame": 0, "params": [0, 0, 0, None, -35.36, 149.16, None]}
     with pytest.raises(PlanError) as err:
@@ -151,7 +151,7 @@ def test_plan_refuses_a_global_item_without_altitude_naming_index_and_field() ->
 
 
 def test_vehicle_refusal_names_the_item() -> None:
-    from drivers.mavlink.mission import MissionRejected, MissionUpload
+    from mavjet.drivers.mavlink.mission import MissionRejected, MissionUpload
 
     items = tuple(MissionItem(seq=i, frame=3, command=16, z=10.0) for i in range(3))
     up = MissionUpload(target_system=1, target_component=1, items=items)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from drivers.mavlink.dialect import mavlink2 as M
-from drivers.mavlink.mission import FENCE, RALLY, MissionItem
-from drivers.mavlink.modes import Flavour
-from drivers.mavlink.normalise import readback, same_item
+from mavjet.drivers.mavlink.dialect import mavlink2 as M
+from mavjet.drivers.mavlink.mission import FENCE, RALLY, MissionItem
+from mavjet.drivers.mavlink.modes import Flavour
+from mavjet.drivers.mavlink.normalise import readback, same_item
 
 PX4 = Flavour.PX4
 
@@ -58,9 +58,9 @@ def test_readback_is_idempotent() -> None:
 def test_px4_missions_have_no_home_item_on_the_wire() -> None:
     """PX4 stores item `seq` at index `seq` and flies from 0: mavjet's home at seq 0 is not sent, and a
     download gets an empty home put back, so digests and verification keep one layout."""
-    from drivers.mavlink.mission import MISSION
-    from drivers.mavlink.plan import digest
-    from drivers.mavlink.transfers import compare_readback, from_vehicle, to_vehicle
+    from mavjet.drivers.mavlink.mission import MISSION
+    from mavjet.drivers.mavlink.plan import digest
+    from mavjet.drivers.mavlink.transfers import compare_readback, from_vehicle, to_vehicle
 
     home = MissionItem(seq=0, frame=0, command=M.MAV_CMD_NAV_WAYPOINT, x=-353632610, y=1491652300, z=584.0)
     plan = [home, *(replace(_item(M.MAV_CMD_NAV_WAYPOINT, (0, 0, 0, 0), frame=3), seq=k) for k in (1, 2, 3))]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.params import (
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.params import (
     REAL32,
     ParamConfig,
     ParamEncoding,

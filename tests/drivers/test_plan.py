@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE, MISSION, RALLY
-from drivers.mavlink.plan import PlanError, digest, parse_plan, plan_from_dict, plan_to_dict
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE, MISSION, RALLY
+from mavjet.drivers.mavlink.plan import PlanError, digest, parse_plan, plan_from_dict, plan_to_dict
 
 DEMO = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"
 

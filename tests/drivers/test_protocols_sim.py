@@ -8,25 +8,25 @@ from pathlib import Path
 import anyio
 import pytest
 
-from drivers.mavlink.command import CommandResult
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.fence import geofence_from_dict
-from drivers.mavlink.link import LinkConfig, MavlinkLink
-from drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
-from drivers.mavlink.params import REAL32, ParamError, ParamTimeout
-from drivers.mavlink.plan import digest, parse_plan
-from drivers.mavlink.runner import execute_command, read_param, run_command, set_param
-from drivers.mavlink.session import VehicleSession
-from drivers.mavlink.transfers import (
+from mavjet.contract.errors import CommandRejected, LinkError
+from mavjet.drivers.mavlink.command import CommandResult
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.fence import geofence_from_dict
+from mavjet.drivers.mavlink.link import LinkConfig, MavlinkLink
+from mavjet.drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
+from mavjet.drivers.mavlink.params import REAL32, ParamError, ParamTimeout
+from mavjet.drivers.mavlink.plan import digest, parse_plan
+from mavjet.drivers.mavlink.runner import execute_command, read_param, run_command, set_param
+from mavjet.drivers.mavlink.session import VehicleSession
+from mavjet.drivers.mavlink.transfers import (
     apply_geofence,
     clear_mission,
     download_mission,
     upload_and_verify,
     upload_mission,
 )
-from drivers.mavlink.transport import Endpoint
-from gateway.contract.errors import CommandRejected, LinkError
-from sim.fleet import SimConfig
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.sim.fleet import SimConfig
 from tests.drivers.simlink import FAST, LOSSY, sim_link, wait_for
 
 ARM = mavlink2.MAV_CMD_COMPONENT_ARM_DISARM

@@ -10,10 +10,10 @@ from collections import Counter
 import anyio
 import pytest
 
-from drivers.mavlink import reactor
-from drivers.mavlink.reactor import Reactor, ReactorTransport
-from drivers.mavlink.transport import Endpoint, Inbox, open_transport
-from gateway.contract.errors import LinkError
+from mavjet.contract.errors import LinkError
+from mavjet.drivers.mavlink import reactor
+from mavjet.drivers.mavlink.reactor import Reactor, ReactorTransport
+from mavjet.drivers.mavlink.transport import Endpoint, Inbox, open_transport
 
 pytestmark = pytest.mark.skipif(not reactor.AVAILABLE, reason="epoll is Linux only")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.router import (
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.router import (
     FrameSplitter,
     RouteFilter,
     Router,
@@ -14,7 +14,7 @@ from drivers.mavlink.router import (
     refusal,
     transfer_step,
 )
-from drivers.mavlink.signing import MavSigning
+from mavjet.drivers.mavlink.signing import MavSigning
 
 
 def _frame(msg: object, sysid: int = 1, compid: int = 1, *, signing: MavSigning | None = None) -> bytes:

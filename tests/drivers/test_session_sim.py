@@ -10,17 +10,17 @@ from typing import Any
 import anyio
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.link import LinkConfig, LinkState, MavlinkLink
-from drivers.mavlink.mission import FENCE, MISSION
-from drivers.mavlink.modes import UnknownMode
-from drivers.mavlink.plan import digest, parse_plan
-from drivers.mavlink.session import Session, VehicleSession
-from drivers.mavlink.transport import Endpoint
-from gateway.contract.errors import CommandRejected
-from gateway.telemetry import TelemetryModel
-from sim.fleet import SimConfig, SimFleet
-from sim.vehicle import SimVehicle
+from mavjet.contract.errors import CommandRejected
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.link import LinkConfig, LinkState, MavlinkLink
+from mavjet.drivers.mavlink.mission import FENCE, MISSION
+from mavjet.drivers.mavlink.modes import UnknownMode
+from mavjet.drivers.mavlink.plan import digest, parse_plan
+from mavjet.drivers.mavlink.session import Session, VehicleSession
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.twin.telemetry import TelemetryModel
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.vehicle import SimVehicle
 from tests.drivers.simlink import FAST, wait_for
 
 DEMO = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"

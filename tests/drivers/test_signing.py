@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.signing import (
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.signing import (
     EPOCH_2015_S,
     TICKS_PER_S,
     MavSigning,
@@ -25,7 +26,6 @@ from drivers.mavlink.signing import (
     signature_fields,
     timestamp_ticks,
 )
-from gateway.contract.errors import ConfigError
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "signing_frames.json").read_text())
 KEY = bytes.fromhex(FIXTURE["key_hex"])

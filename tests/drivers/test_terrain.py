@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from drivers.mavlink.mission import MissionItem
-from drivers.mavlink.terrain import (
+from mavjet.drivers.mavlink.mission import MissionItem
+from mavjet.drivers.mavlink.terrain import (
     TerrainCheck,
     TerrainCheckConfig,
     TerrainReport,

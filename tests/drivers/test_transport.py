@@ -11,11 +11,11 @@ import tty
 
 import pytest
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.transport import Endpoint, UdpTransport, open_transport
-from gateway.contract.errors import LinkError
-from gateway.ops.natsserver import free_port
+from mavjet.contract.errors import LinkError
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.transport import Endpoint, UdpTransport, open_transport
+from mavjet.ops.natsserver import free_port
 
 
 def _frames(n: int) -> list[bytes]:
@@ -117,9 +117,9 @@ async def test_tcp_refused_is_a_link_error_and_eof_is_detected() -> None:
 
 UVLOOP_SCRIPT = """
 import asyncio, uvloop
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.transport import Endpoint, Inbox, open_transport
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.transport import Endpoint, Inbox, open_transport
 
 async def main():
     enc = MavCodec(src_system=1, src_component=1)

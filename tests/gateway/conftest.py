@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sim.fleet import SimConfig, SimFleet
+from mavjet.sim.fleet import SimConfig, SimFleet
 
 
 @pytest.fixture

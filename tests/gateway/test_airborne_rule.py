@@ -1,4 +1,4 @@
-"""One airborne rule (drivers.mavlink.autopilot.is_airborne), used by telemetry, commands and the shadow.
+"""One airborne rule (mavjet.drivers.mavlink.autopilot.is_airborne), used by telemetry, commands and the shadow.
 
 The three used to disagree about MAV_LANDED_STATE_LANDING: the command
 precondition let a takeoff through while the vehicle was landing. The source
@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.telemetry import TelemetryModel
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.twin.telemetry import TelemetryModel
 from tests.gateway.test_telemetry import ARMED, ext, feed, hb, pos
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def _sources() -> list[Path]:
 def _imports_is_airborne(path: Path) -> bool:
     tree = ast.parse(path.read_text())
     return any(
-        isinstance(node, ast.ImportFrom) and node.module == "drivers.mavlink.autopilot"
+        isinstance(node, ast.ImportFrom) and node.module == "mavjet.drivers.mavlink.autopilot"
         and any(a.name == "is_airborne" for a in node.names)
         for node in ast.walk(tree)
     )
@@ -41,7 +41,7 @@ def test_no_private_airborne_sets() -> None:
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr in AIRBORNE_ONLY
     ]
-    assert not offenders, "use drivers.mavlink.autopilot.is_airborne: " + ", ".join(offenders)
+    assert not offenders, "use mavjet.drivers.mavlink.autopilot.is_airborne: " + ", ".join(offenders)
 
 
 def test_telemetry_commands_and_shadow_use_the_one_rule() -> None:

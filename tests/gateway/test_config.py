@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from drivers.mavlink.transport import Endpoint
-from gateway.config import build_config, parse_vehicle
-from gateway.contract.errors import ConfigError
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import build_config, parse_vehicle
 
 
 def test_endpoints_parse_and_reject() -> None:
@@ -57,11 +57,11 @@ def test_invalid_config_names_the_key(raw: dict[str, object], key: str) -> None:
 def test_cli_fails_at_start_naming_the_key(tmp_path: Path) -> None:
     cfg = tmp_path / "gw.toml"
     cfg.write_text('[[vehicles]]\nvid = "VID-001"\nendpoint = "tcp:127.0.0.1:5760"\n[rates]\nposition = 500\n')
-    out = subprocess.run([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
+    out = subprocess.run([sys.executable, "-m", "mavjet.ops", "gateway", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2 and "rates.position" in out.stderr
     cfg.write_text("this is = not [toml")
-    out = subprocess.run([sys.executable, "-m", "gateway", "gateway", "--config", str(cfg)],
+    out = subprocess.run([sys.executable, "-m", "mavjet.ops", "gateway", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2 and "not valid TOML" in out.stderr
 
@@ -84,7 +84,7 @@ def _write_config(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("style", ["equals", "separate"])
 def test_nats_and_env_flags_beat_the_config_file(tmp_path: Path, style: str) -> None:
-    from gateway.entry import build_parser, config_from_args
+    from mavjet.gateway.entry import build_parser, config_from_args
 
     path = _write_config(tmp_path)
     argv = (["--config", str(path), "--nats=nats://flag:4222", "--env=flag-env"] if style == "equals"
@@ -95,7 +95,7 @@ def test_nats_and_env_flags_beat_the_config_file(tmp_path: Path, style: str) -> 
 
 
 def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
-    from gateway.entry import build_parser, config_from_args
+    from mavjet.gateway.entry import build_parser, config_from_args
 
     path = _write_config(tmp_path)
     with_file = build_parser().parse_args(["--config", str(path)])
@@ -132,8 +132,8 @@ def test_wrong_types_name_their_own_key(section: dict[str, object], key: str) ->
 
 def test_shadow_uses_commands_protocol_config(tmp_path: Path) -> None:
     """Shadow-driven MAVLink commands honour `[commands]`: one protocol config for both services."""
-    from gateway.daemon import Gateway, with_services
-    from gateway.shadow.service import ShadowService
+    from mavjet.gateway.daemon import Gateway, with_services
+    from mavjet.gateway.shadow.service import ShadowService
 
     cfg = build_config({
         "vehicles": [{"vid": "V", "endpoint": "tcp:127.0.0.1:1"}], "state_dir": str(tmp_path),

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import resolve_config
-from gateway.contract.errors import ConfigError
-from gateway.ops.natsserver import free_port
+from mavjet.contract.errors import ConfigError
+from mavjet.gateway.config import resolve_config
+from mavjet.ops.natsserver import free_port
 
 VEHICLE = "VID-001=tcp:127.0.0.1:1"
 
 
 def gateway_args(tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "gateway", "gateway", "--env", "cfgerr", "--state-dir", str(tmp_path / "state"),
+    return [sys.executable, "-m", "mavjet.ops", "gateway", "--env", "cfgerr", "--state-dir", str(tmp_path / "state"),
             "--vehicle", VEHICLE, *extra]
 
 
@@ -130,7 +130,7 @@ def test_same_vid_twice_on_the_command_line_is_an_error() -> None:
 def test_uvloop_configured_but_not_installed_is_a_config_error(tmp_path: Path) -> None:
     """The real process, with uvloop hidden from it: exit 2 and one line, not an ImportError traceback."""
     code = ("import sys; sys.modules['uvloop'] = None; "  # what `import uvloop` sees without the package
-            "from gateway.cli import main; sys.exit(main())")
+            "from mavjet.ops.cli import main; sys.exit(main())")
     args = gateway_args(tmp_path, "--uvloop")
     res = run_gateway([sys.executable, "-c", code, *args[3:]])
     assert res.returncode == 2, res.stderr

@@ -14,9 +14,9 @@ from typing import BinaryIO
 
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, wait_for_async
 
 
@@ -32,7 +32,7 @@ async def test_sigterm_stops_intake_drains_and_exits_zero(
     notify.bind(notify_path)
     notify.setblocking(False)
     async with SimFleet(SimConfig(vehicles=2, base_port=0, speedup=4.0)) as fleet:
-        args = [sys.executable, "-m", "gateway", "gateway", "--nats", nats_server.url, "--env", ENV,
+        args = [sys.executable, "-m", "mavjet.ops", "gateway", "--nats", nats_server.url, "--env", ENV,
                 "--state-dir", str(tmp_path / "state"), "--instance", "proc-gw"]
         for i, ep in enumerate(fleet.endpoints):
             args += ["--vehicle", f"VID-00{i + 1}={ep}"]
@@ -86,7 +86,7 @@ async def test_sigterm_stops_intake_drains_and_exits_zero(
 
 def test_a_gateway_process_hands_the_gil_over_every_millisecond() -> None:
     """`tune_process` (the process entry's settings, applied once ready): the switch interval and a frozen heap."""
-    code = ("import gc, sys; from gateway.entry import tune_process; before = sys.getswitchinterval(); "
+    code = ("import gc, sys; from mavjet.gateway.entry import tune_process; before = sys.getswitchinterval(); "
             "tune_process(); print(before, sys.getswitchinterval(), gc.get_freeze_count() > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     before, after, frozen = out.stdout.split()

@@ -1,7 +1,7 @@
 """Acks handed over in nats-py's read task, state written to the socket at once: against a real nats-server.
 
 `subscribe_direct` and `RawPublish.write` each save the gateway one pass of
-its event loop (gateway/statepub.py). The rules under test: every message
+its event loop (gateway/publish/statepub.py). The rules under test: every message
 still arrives, in order; a handler that raises costs only its own message;
 and a server that stops reading gets its bytes through nats-py's flusher,
 which waits for the socket, instead of through the transport's buffer.
@@ -17,9 +17,9 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.statepub import DirectDelivery, RawPublish, subscribe_direct
+from mavjet.contract.natsconn import open_client
+from mavjet.gateway.publish.statepub import DirectDelivery, RawPublish, subscribe_direct
+from mavjet.ops.natsserver import NatsServer
 
 
 async def test_direct_delivery_hands_every_message_over_in_order_and_survives_a_failing_handler(

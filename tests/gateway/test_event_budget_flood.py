@@ -17,11 +17,11 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.budget import EventBudgetConfig
-from gateway.ops.natsserver import NatsServer
-from gateway.telemetry import Event
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.twin.budget import EventBudgetConfig
+from mavjet.gateway.twin.telemetry import Event
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, gateway_config, running_gateway, wait_for
 
 FLOOD_TICKS = 40  # x 50 ms = 2 s

@@ -1,9 +1,9 @@
-"""The bookkeeping that lets a command result skip the spool (gateway/eventorder.py): pure, no I/O."""
+"""The bookkeeping that lets a command result skip the spool (gateway/publish/eventorder.py): pure, no I/O."""
 
 from __future__ import annotations
 
-from gateway.contract.subjects import event_subject
-from gateway.eventorder import EventsOnTheWay
+from mavjet.contract.subjects import event_subject
+from mavjet.gateway.publish.eventorder import EventsOnTheWay
 
 
 def s(vid: str, etype: str = "statustext") -> str:

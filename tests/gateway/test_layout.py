@@ -11,11 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.commands.consumer import LEDGER_FILE
-from gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
-from gateway.contract.errors import ConfigError
-from gateway.layout import LAYOUT_FILE, REDELIVERY_HORIZON_S, check_layout
-from gateway.spool import Spool
+from mavjet.contract.errors import ConfigError
+from mavjet.gateway.commands.consumer import LEDGER_FILE
+from mavjet.gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.runtime.layout import LAYOUT_FILE, REDELIVERY_HORIZON_S, check_layout
 
 NOW_NS = time.time_ns()
 
@@ -76,7 +76,7 @@ def test_the_gateway_exits_2_with_one_line(tmp_path: Path) -> None:
     spool.append_sync([("fleet.t.veh.VID-001.evt.armed", "id-1", b"payload")])
     spool.close()
     out = subprocess.run(
-        [sys.executable, "-m", "gateway", "gateway", "--nats", "nats://127.0.0.1:1", "--env", "t",
+        [sys.executable, "-m", "mavjet.ops", "gateway", "--nats", "nats://127.0.0.1:1", "--env", "t",
          "--vehicle", "VID-001=tcp:127.0.0.1:9", "--vehicle", "VID-002=tcp:127.0.0.1:19",
          "--state-dir", str(state), "--workers", "2", "--metrics-port", "0"],
         capture_output=True, text=True, timeout=60, check=False)

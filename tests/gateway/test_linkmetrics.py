@@ -1,4 +1,4 @@
-"""The link families written by hand (gateway/linkmetrics.py) are byte for byte what prometheus_client writes."""
+"""The link families written by hand (gateway/runtime/linkmetrics.py) are byte for byte what prometheus_client writes."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from drivers.mavlink.link import LinkState
-from drivers.mavlink.session import LinkHealth
-from gateway.linkmetrics import LinkMetrics
-from gateway.metrics import GatewayMetrics
+from mavjet.drivers.mavlink.link import LinkState
+from mavjet.drivers.mavlink.session import LinkHealth
+from mavjet.gateway.runtime.linkmetrics import LinkMetrics
+from mavjet.gateway.runtime.metrics import GatewayMetrics
 
 
 class _Vehicle:

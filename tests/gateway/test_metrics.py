@@ -16,14 +16,14 @@ from nats.aio.client import Client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import __version__
-from gateway.commands.consumer import CommandService
-from gateway.daemon import Gateway
-from gateway.linkmetrics import FAMILIES
-from gateway.metrics import GatewayMetrics, nats_auth_reason
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer, free_port
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract import __version__
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.runtime.linkmetrics import FAMILIES
+from mavjet.gateway.runtime.metrics import GatewayMetrics, nats_auth_reason
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer, free_port
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import wait_for
 from tests.support.commands import TEST_COMMANDS, ready_to_fly
 from tests.support.gateway import ENV, gateway_config, running
@@ -161,7 +161,7 @@ def test_operations_doc_lists_every_gateway_metric() -> None:
     src = (ROOT / "gateway" / "metrics.py").read_text()
     for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"', src):
         exported.add(name + "_total" if kind == "Counter" else name)
-    for name, kind, _help in FAMILIES:  # the link families (gateway/linkmetrics.py)
+    for name, kind, _help in FAMILIES:  # the link families (gateway/runtime/linkmetrics.py)
         exported.add(name + "_total" if kind == "counter" else name)
     doc = (ROOT / "docs" / "operations.md").read_text()
     section = doc.split("## Gateway metrics", 1)[1].split("Renamed in this release", 1)[0]

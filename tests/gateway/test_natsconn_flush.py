@@ -11,8 +11,8 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gateway.contract.natsconn import OrderedFlushClient, open_client
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.natsconn import OrderedFlushClient, open_client
+from mavjet.ops.natsserver import NatsServer
 
 ROUNDS = 200
 

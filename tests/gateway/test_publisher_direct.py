@@ -14,16 +14,16 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from drivers.mavlink.transport import Endpoint
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.natsconn import NatsOptions
-from gateway.contract.subjects import EVENTS_STREAM, event_subject
-from gateway.metrics import GatewayMetrics
-from gateway.ops.natsserver import NatsServer
-from gateway.publisher import Publisher
-from gateway.spool import Spool
-from gateway.statepub import pub_ack_error
-from gateway.uplink import UplinkConfig
+from mavjet.contract.natsconn import NatsOptions
+from mavjet.contract.subjects import EVENTS_STREAM, event_subject
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.publish.publisher import Publisher
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.publish.statepub import pub_ack_error
+from mavjet.gateway.publish.uplink import UplinkConfig
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.ops.natsserver import NatsServer
 
 
 def _publisher(tmp_path: Path, url: str) -> Publisher:

@@ -11,19 +11,19 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from drivers.mavlink import reactor, transport
-from drivers.mavlink.transport import READ_SIZE, Endpoint, TcpTransport, open_transport
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract import envelope
-from gateway.contract.natsconn import NatsOptions, open_client
-from gateway.contract.subjects import STATE_STREAM, state_subject
-from gateway.metrics import GatewayMetrics
-from gateway.ops.natsserver import NatsServer
-from gateway.publisher import Publisher
-from gateway.samples import EnvelopePacker
-from gateway.spool import Spool
-from gateway.statepub import RawPublish, StateAcks
-from gateway.uplink import UplinkConfig
+from mavjet.contract import envelope
+from mavjet.contract.natsconn import NatsOptions, open_client
+from mavjet.contract.subjects import STATE_STREAM, state_subject
+from mavjet.drivers.mavlink import reactor, transport
+from mavjet.drivers.mavlink.transport import READ_SIZE, Endpoint, TcpTransport, open_transport
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.publish.publisher import Publisher
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.publish.statepub import RawPublish, StateAcks
+from mavjet.gateway.publish.uplink import UplinkConfig
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.gateway.twin.samples import EnvelopePacker
+from mavjet.ops.natsserver import NatsServer
 from tests.support.wait import wait_for_async
 
 

@@ -9,16 +9,21 @@ from pathlib import Path
 import pytest
 import structlog
 
-from drivers.mavlink.transport import Endpoint
-from gateway.budget import EventBudget
-from gateway.clock import GatewayClock
-from gateway.config import DEFAULT_RATES_HZ, GatewayConfig, VehicleConfig
-from gateway.contract import envelope
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
-from gateway.samples import ReadyStates
-from gateway.spool import Spool
-from gateway.vehicle import STEP_CHECK_EVERY, VehicleTwin, collect_fleet_due, collect_fleet_links
+from mavjet.contract import envelope
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import DEFAULT_RATES_HZ, GatewayConfig, VehicleConfig
+from mavjet.gateway.publish.publisher import Publisher
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.runtime.metrics import GatewayMetrics
+from mavjet.gateway.twin.budget import EventBudget
+from mavjet.gateway.twin.clock import GatewayClock
+from mavjet.gateway.twin.samples import ReadyStates
+from mavjet.gateway.twin.vehicle import (
+    STEP_CHECK_EVERY,
+    VehicleTwin,
+    collect_fleet_due,
+    collect_fleet_links,
+)
 
 T0_NS = 1_763_939_000_000_000_000
 MS = 1_000_000
@@ -73,7 +78,7 @@ async def test_due_samples_queue_in_arrival_order_one_per_channel_newest_in_plac
     assert not twin.fresh and _superseded(twin) == 1
     assert _channels(ready.take()) == [("attitude", 2), ("gps", 1)] and ready.items == []
 
-    # The bucket starts full (GCRA, gateway/samples.py): 3 is due at once, and attitude's next
+    # The bucket starts full (GCRA, gateway/twin/samples.py): 3 is due at once, and attitude's next
     # slot is then one interval after the first's, at 100 - 50 (the tolerance) = 50 ms.
     _sample(twin, clock, 20, "attitude", 3)
     assert _channels(ready.take()) == [("attitude", 3)]

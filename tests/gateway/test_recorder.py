@@ -1,4 +1,4 @@
-"""The flight recorder (gateway/recorder.py): TWIN_TRACKS while armed, on real peers.
+"""The flight recorder (gateway/stores/recorder.py): TWIN_TRACKS while armed, on real peers.
 
 A sim vehicle over loopback TCP, the in-process gateway and a real
 nats-server: samples come at about `track_hz` only while the vehicle is
@@ -23,18 +23,18 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api as jsapi
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.config import ENV_TRACK_HZ, GatewayConfig, build_config, resolve_config
-from gateway.contract.envelope import unpack
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import TRACKS_STREAM, track_subject
-from gateway.contract.tracks import encode_sample, track_msg_id, track_sample
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
-from gateway.recorder import TRACKS_SPOOL, TrackRecorder
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract.envelope import unpack
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import TRACKS_STREAM, track_subject
+from mavjet.contract.tracks import encode_sample, track_msg_id, track_sample
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.config import ENV_TRACK_HZ, GatewayConfig, build_config, resolve_config
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.stores.recorder import TRACKS_SPOOL, TrackRecorder
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, gateway_config, running, wait_for, wait_for_async
 
 POS = {"lat_deg": 47.3977419, "lon_deg": 8.5455938, "alt_m": 12.345, "alt_msl_m": 500.123,
@@ -81,7 +81,7 @@ def test_track_hz_is_configured_flag_over_env_over_file(tmp_path: Path) -> None:
 
 
 def test_bad_rate_exits_2_with_one_line(tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "gateway", "gateway", "--vehicle", "VID-001=tcp:127.0.0.1:9",
+    base = [sys.executable, "-m", "mavjet.ops", "gateway", "--vehicle", "VID-001=tcp:127.0.0.1:9",
             "--state-dir", str(tmp_path)]
     for extra, env, key in ((["--track-hz", "50"], {}, "track_hz"), ([], {ENV_TRACK_HZ: "fast"}, ENV_TRACK_HZ)):
         out = subprocess.run(base + extra, capture_output=True, text=True, timeout=60, check=False,
@@ -149,7 +149,7 @@ async def read_track(nc: Client, vid: str = "*") -> list[tuple[int, dict[str, An
 
 
 def _event_times(events: list[tuple[str, str, dict[str, Any], str]], etype: str) -> list[int]:
-    # the event msg id is `<vid>:<type>:<time_ns>[:n]` (gateway/telemetry.py)
+    # the event msg id is `<vid>:<type>:<time_ns>[:n]` (gateway/twin/telemetry.py)
     return [int(i.split(":")[2]) for _, t, _, i in events if t == etype]
 
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import structlog
 
-from gateway import logs
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import NatsOptions, NatsUnavailable
-from gateway.contract.redact import redact, redact_event
-from gateway.ops.natsserver import NatsServer, free_port, wait_port
-from gateway.ops.runner import run_cli
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.natsconn import NatsOptions, NatsUnavailable
+from mavjet.contract.redact import redact, redact_event
+from mavjet.gateway.runtime import logs
+from mavjet.ops.natsserver import NatsServer, free_port, wait_port
+from mavjet.ops.runner import run_cli
 
 PASSWORD = "s3cretPW-9f2c"
 TOKEN = "tok3n-77ab"
@@ -107,7 +107,7 @@ def test_error_messages_are_redacted() -> None:
 def test_help_shows_no_secret_from_the_environment() -> None:
     env = dict(os.environ, MAVJET_NATS=f"nats://alice:{PASSWORD}@hub:4222")
     for cmd in (["gateway"], ["events"], ["fleet"]):
-        out = subprocess.run([sys.executable, "-m", "gateway", *cmd, "--help"], check=False, env=env,
+        out = subprocess.run([sys.executable, "-m", "mavjet.ops", *cmd, "--help"], check=False, env=env,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert PASSWORD not in out.stdout + out.stderr
@@ -116,7 +116,7 @@ def test_help_shows_no_secret_from_the_environment() -> None:
 def _run_gateway(tmp_path: Path, nats_url: str, *, seconds: float, until: str | None = None) -> str:
     """Run the real gateway process, stop it with SIGTERM after `seconds` (or once `until` is logged)."""
     log_path = tmp_path / "gateway.log"
-    args = [sys.executable, "-m", "gateway", "gateway", "--nats", nats_url, "--env", "redact",
+    args = [sys.executable, "-m", "mavjet.ops", "gateway", "--nats", nats_url, "--env", "redact",
             "--state-dir", str(tmp_path / "state"), "--vehicle", "VID-001=tcp:127.0.0.1:1",
             "--log-level", "debug", "--log-json", "--no-commands", "--no-shadow"]
     with log_path.open("wb") as out:

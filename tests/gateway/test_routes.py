@@ -18,14 +18,14 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.router import RouteFilter
-from gateway.config import GatewayConfig, parse_route
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.read import current_state
-from gateway.routes import RouteHub
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.router import RouteFilter
+from mavjet.gateway.config import GatewayConfig, parse_route
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.routes import RouteHub
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.read import current_state
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, gateway_config, running, wait_for_async
 
 GUIDED = 4
@@ -273,9 +273,9 @@ async def test_routing_overhead_per_frame(capsys: pytest.CaptureFixture[str]) ->
     Three parts: the link tap framing the bytes again, the router's fan-out
     (filter, loop table, counters), and the fan-out with a real udpout: send.
     """
-    from drivers.mavlink.routeports import open_route_port
-    from drivers.mavlink.router import FrameSplitter
-    from drivers.mavlink.transport import Endpoint
+    from mavjet.drivers.mavlink.routeports import open_route_port
+    from mavjet.drivers.mavlink.router import FrameSplitter
+    from mavjet.drivers.mavlink.transport import Endpoint
 
     mav = m.MAVLink(None, srcSystem=1, srcComponent=1)
     frames = [bytes(m.MAVLink_global_position_int_message(i, 1, 2, 3, 4, 5, 6, 7, 8).pack(mav)) for i in range(100)]
@@ -324,8 +324,8 @@ async def test_routing_overhead_per_frame(capsys: pytest.CaptureFixture[str]) ->
 def test_route_config_parsing() -> None:
     r = parse_route("udp:0.0.0.0:14550?vid=VID-001&sysid=1,2&compid=1")
     assert (str(r.endpoint), r.vid, r.sysids, r.compids) == ("udp:0.0.0.0:14550", "VID-001", frozenset({1, 2}), frozenset({1}))
-    from gateway.config import build_config
-    from gateway.contract.errors import ConfigError
+    from mavjet.contract.errors import ConfigError
+    from mavjet.gateway.config import build_config
 
     raw = {"vehicles": [{"vid": "A", "endpoint": "tcp:h:1", "tunnel": True}, {"vid": "B", "endpoint": "tcp:h:2"}],
            "routes": [{"endpoint": "tcp:0.0.0.0:5790", "vid": "B", "sysids": [1]}]}
@@ -335,7 +335,7 @@ def test_route_config_parsing() -> None:
         build_config({**raw, "routes": ["tcp:0.0.0.0:5790"]}, nats=None)
     with pytest.raises(ConfigError, match="--route"):
         parse_route("udp:0.0.0.0:14550?bogus=1")
-    from gateway.entry import build_parser, config_from_args
+    from mavjet.gateway.entry import build_parser, config_from_args
 
     args = build_parser().parse_args(["--vehicle", "VID-001=tcp:127.0.0.1:5760", "--route", "udp:0.0.0.0:14550",
                                       "--route", "tcp:0.0.0.0:5790?compid=1"])

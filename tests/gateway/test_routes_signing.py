@@ -14,14 +14,14 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.router import FrameSplitter, frame_source
-from drivers.mavlink.signing import MavSigning, Verdict, read_key_file
-from gateway.config import parse_route
-from gateway.daemon import Gateway
-from gateway.ops import sign
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.router import FrameSplitter, frame_source
+from mavjet.drivers.mavlink.signing import MavSigning, Verdict, read_key_file
+from mavjet.gateway.config import parse_route
+from mavjet.gateway.daemon import Gateway
+from mavjet.ops import sign
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.gateway.test_routes import Gcs, _free_udp_port
 from tests.support import gateway_config, running, wait_for
 

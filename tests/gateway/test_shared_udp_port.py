@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.transport import Endpoint
-from drivers.mavlink.udphub import sysid_of
-from gateway.config import GatewayConfig, VehicleConfig, build_config, parse_vehicle
-from gateway.contract.errors import ConfigError
-from gateway.contract.natsconn import NatsOptions
-from gateway.ops.natsserver import NatsServer, free_port
-from gateway.ops.read import current_state
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.natsconn import NatsOptions
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.drivers.mavlink.udphub import sysid_of
+from mavjet.gateway.config import GatewayConfig, VehicleConfig, build_config, parse_vehicle
+from mavjet.ops.natsserver import NatsServer, free_port
+from mavjet.ops.read import current_state
 from tests.support import ENV, running_gateway, wait_for, wait_for_async
 
 

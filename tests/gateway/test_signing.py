@@ -12,20 +12,20 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.link import LinkConfig, MavlinkLink
-from drivers.mavlink.signing import read_key_file
-from drivers.mavlink.transport import Endpoint
-from gateway.commands.consumer import CommandService
-from gateway.config import build_config
-from gateway.contract.errors import ConfigError
-from gateway.daemon import Gateway
-from gateway.ops import sign
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
-from sim.vehicle import SimVehicle
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.link import LinkConfig, MavlinkLink
+from mavjet.drivers.mavlink.signing import read_key_file
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.config import build_config
+from mavjet.gateway.daemon import Gateway
+from mavjet.ops import sign
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.vehicle import SimVehicle
 from tests.support import ENV, gateway_config, running, wait_for
 from tests.support.commands import TEST_COMMANDS, ready_to_fly
 from tests.support.sim import MavClient

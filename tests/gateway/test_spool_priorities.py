@@ -8,12 +8,12 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from gateway.budget import EventBudgetConfig
-from gateway.contract import envelope
-from gateway.contract.natsconn import open_client
-from gateway.contract.subjects import event_subject
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract import envelope
+from mavjet.contract.natsconn import open_client
+from mavjet.contract.subjects import event_subject
+from mavjet.gateway.twin.budget import EventBudgetConfig
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, collect_events, gateway_config, running_gateway, wait_for
 
 BOUND = 100

@@ -10,13 +10,20 @@ from typing import Any
 
 import pytest
 
-from drivers.mavlink.transport import Endpoint
-from gateway import spool as spool_module
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.subjects import event_subject
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
-from gateway.spool import EVENT_CLASS, Spool, SpoolClass, classify, fair_take, plan_drops
+from mavjet.contract.subjects import event_subject
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.publish import spool as spool_module
+from mavjet.gateway.publish.publisher import Publisher
+from mavjet.gateway.publish.spool import (
+    EVENT_CLASS,
+    Spool,
+    SpoolClass,
+    classify,
+    fair_take,
+    plan_drops,
+)
+from mavjet.gateway.runtime.metrics import GatewayMetrics
 
 
 class _Log:

@@ -1,4 +1,4 @@
-"""The one spool drain (gateway/spooldrain.py) against a real nats-server: order, at least once, no duplicates."""
+"""The one spool drain (gateway/publish/spooldrain.py) against a real nats-server: order, at least once, no duplicates."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from nats.aio.client import Client
 from nats.js.api import StreamConfig
 from nats.js.errors import NoStreamResponseError
 
-from gateway.spool import Spool
-from gateway.spooldrain import drain_spool
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.publish.spooldrain import drain_spool
 
 STREAM = "DRAIN_TEST"
 

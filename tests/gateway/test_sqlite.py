@@ -9,12 +9,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from drivers.mavlink.transport import Endpoint
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
-from gateway.spool import Spool
-from gateway.sqlite import SqliteWorker
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.publish.publisher import Publisher
+from mavjet.gateway.publish.spool import Spool
+from mavjet.gateway.publish.sqlite import SqliteWorker
+from mavjet.gateway.runtime.metrics import GatewayMetrics
 
 
 async def test_worker_opens_and_runs_off_the_event_loop(tmp_path: Path) -> None:

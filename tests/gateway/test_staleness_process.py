@@ -18,14 +18,14 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import ENV, wait_for_async
 
 
 async def _cli(url: str, *argv: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", *argv, "--nats", url, "--env", ENV,
+        sys.executable, "-m", "mavjet.ops", *argv, "--nats", url, "--env", ENV,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -52,7 +52,7 @@ async def test_sigkilled_gateway_marks_its_vehicle_stale_within_10s(
 ) -> None:
     url = nats_server.url
     async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=4.0)) as fleet:
-        args = [sys.executable, "-m", "gateway", "gateway", "--nats", url, "--env", ENV,
+        args = [sys.executable, "-m", "mavjet.ops", "gateway", "--nats", url, "--env", ENV,
                 "--state-dir", str(tmp_path / "state"), "--instance", "stale-gw", "--no-commands", "--no-shadow",
                 "--vehicle", f"VID-001={fleet.endpoints[0]}"]
         log_path = tmp_path / "gateway.log"

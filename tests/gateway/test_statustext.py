@@ -13,10 +13,10 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.ops.natsserver import NatsServer
-from gateway.telemetry import Event
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.twin.telemetry import Event
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import collect_events, gateway_config, running_gateway, wait_for
 
 PREARM = "PreArm: Need Position Estimate"

@@ -10,11 +10,11 @@ from nats.aio.msg import Msg
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.config import DEFAULT_RATES_HZ
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.config import DEFAULT_RATES_HZ
+from mavjet.gateway.daemon import Gateway
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support.gateway import ENV, gateway_config, running
 
 ATTITUDE_HZ = 2.0  # the vehicle sends ATTITUDE at 10 Hz (the link's default stream rate)

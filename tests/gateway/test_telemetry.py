@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.telemetry import TelemetryModel
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.twin.telemetry import TelemetryModel
 
 ARMED = m.MAV_MODE_FLAG_SAFETY_ARMED | m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
 DISARMED = m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED

@@ -12,12 +12,12 @@ import anyio.to_thread
 from nats.aio.client import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.read import current_state
-from gateway.telemetry import TelemetryModel
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract.natsconn import open_client
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.gateway.twin.telemetry import TelemetryModel
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.read import current_state
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support import (
     ENV,
     collect_events,
@@ -204,7 +204,7 @@ async def test_nats_unreachable_at_start_then_spool_flushes(nats_server: NatsSer
             await wait_for(lambda: gw.spool.depth >= 1, 10)  # gateway_started at least
             nats_server.start()
 
-            from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+            from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
             nc = await open_client(nats_server.url)
             await provision(nc.jetstream(), load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1))
@@ -215,7 +215,7 @@ async def test_nats_unreachable_at_start_then_spool_flushes(nats_server: NatsSer
     assert ("VID-001", "gateway_started") in {(v, t) for v, t, _, _ in events}
 
 
-@interpreted_only("gateway.telemetry")  # subclasses TelemetryModel
+@interpreted_only("mavjet.gateway.twin.telemetry")  # subclasses TelemetryModel
 async def test_px4_flavour_and_a_crashing_vehicle_task(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     async with SimFleet(SimConfig(vehicles=2, base_port=0, speedup=4.0, flavour="px4")) as fleet:
         cfg = gateway_config(nats_server.url, fleet.endpoints, tmp_path / "state")

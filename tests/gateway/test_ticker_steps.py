@@ -10,10 +10,10 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-import gateway.daemon
-from gateway.contract import envelope
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+import mavjet.gateway.daemon
+from mavjet.contract import envelope
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support.gateway import ENV, gateway_config, running_gateway
 
 VEHICLES = 40  # more than one step of 16 twins, so the tick yields in the middle
@@ -22,8 +22,8 @@ VEHICLES = 40  # more than one step of 16 twins, so the tick yields in the middl
 async def test_a_tick_cut_into_steps_publishes_every_vehicle_in_order(
     provisioned: Client, nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gateway.daemon, "TICK_STEP_S", 0.0)  # yield after every 16 twins
-    monkeypatch.setattr(gateway.daemon, "TICK_IDLE_STEP_S", 0.0)
+    monkeypatch.setattr(mavjet.gateway.daemon, "TICK_STEP_S", 0.0)  # yield after every 16 twins
+    monkeypatch.setattr(mavjet.gateway.daemon, "TICK_IDLE_STEP_S", 0.0)
     times: dict[str, list[int]] = {}
     yields = 0
     real_checkpoint = anyio.lowlevel.checkpoint
@@ -58,8 +58,13 @@ async def test_a_tick_cut_into_steps_publishes_every_vehicle_in_order(
 
 async def test_the_idle_step_grows_while_other_work_holds_the_loop_and_shrinks_back() -> None:
     """Overload: state gets as much of the loop as reading does, within bounds; a quiet loop gets 20 ms steps."""
-    from gateway.daemon import TICK_IDLE_STEP_S, TICK_MAX_IDLE_STEP_S, _StepBudget, _TickSteps
-    from gateway.services import Foreground
+    from mavjet.gateway.daemon import (
+        TICK_IDLE_STEP_S,
+        TICK_MAX_IDLE_STEP_S,
+        _StepBudget,
+        _TickSteps,
+    )
+    from mavjet.gateway.services import Foreground
 
     budget = _StepBudget()
     steps = _TickSteps(Foreground(), budget)
@@ -80,7 +85,7 @@ async def test_the_idle_step_grows_while_other_work_holds_the_loop_and_shrinks_b
 
 def test_the_link_rota_spreads_the_fleet_over_the_period_each_vehicle_once() -> None:
     period_ns = 1_000_000_000
-    rota = gateway.daemon.LinkRota(100, period_ns, 0)
+    rota = mavjet.gateway.daemon.LinkRota(100, period_ns, 0)
     assert rota.take(0) == [0], "the first vehicle's link channel goes at once"
     taken: list[int] = []
     per_tick: list[int] = []
@@ -96,15 +101,15 @@ def test_the_link_rota_spreads_the_fleet_over_the_period_each_vehicle_once() -> 
 
 
 def test_a_stalled_loop_owes_each_vehicle_one_link_channel_not_a_backlog() -> None:
-    rota = gateway.daemon.LinkRota(10, 1_000_000_000, 0)
+    rota = mavjet.gateway.daemon.LinkRota(10, 1_000_000_000, 0)
     assert rota.take(0) == [0]
     assert rota.take(5_000_000_000) == [*range(1, 10), 0], "five periods late: each vehicle once"
     assert rota.take(5_020_000_000) == [], "and no catching up after it"
-    assert gateway.daemon.LinkRota(0, 1_000_000_000, 0).take(10**12) == []
+    assert mavjet.gateway.daemon.LinkRota(0, 1_000_000_000, 0).take(10**12) == []
 
 
 def test_foreground_says_when_the_first_urgent_work_starts_and_the_last_ends() -> None:
-    from gateway.services import Foreground
+    from mavjet.gateway.services import Foreground
 
     changes: list[bool] = []
     fg = Foreground(on_change=changes.append)
@@ -124,7 +129,7 @@ async def test_a_running_command_makes_the_gateways_reads_urgent(
     # The daemon wires its Foreground to the fleet's epoll (drivers/mavlink/reactor.py set_urgent).
     import asyncio
 
-    from drivers.mavlink.reactor import AVAILABLE, Reactor
+    from mavjet.drivers.mavlink.reactor import AVAILABLE, Reactor
 
     if not AVAILABLE:
         pytest.skip("epoll is Linux only")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.contract.natsconn import describe_error
-from gateway.ops.natsserver import NatsServer, wait_port
+from mavjet.contract.natsconn import describe_error
+from mavjet.ops.natsserver import NatsServer, wait_port
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 
@@ -88,7 +88,7 @@ def wrong_host_server(tmp_path: Path, pki: Pki) -> Iterator[NatsServer]:
 
 
 def _operator(url: str, ca: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "events", "--nats", url, "--tls-ca", str(ca)],
+    return subprocess.run([sys.executable, "-m", "mavjet.ops", "events", "--nats", url, "--tls-ca", str(ca)],
                           check=False, capture_output=True, text=True, timeout=60)
 
 
@@ -115,7 +115,7 @@ def test_the_right_ca_connects(tls_server: NatsServer, pki: Pki) -> None:
 
 def test_gateway_logs_the_failed_check_and_keeps_retrying(tmp_path: Path, tls_server: NatsServer, pki: Pki) -> None:
     log_path = tmp_path / "gateway.log"
-    args = [sys.executable, "-m", "gateway", "gateway", "--nats", tls_server.url, "--tls-ca", str(pki.other_ca),
+    args = [sys.executable, "-m", "mavjet.ops", "gateway", "--nats", tls_server.url, "--tls-ca", str(pki.other_ca),
             "--env", "tls", "--state-dir", str(tmp_path / "state"), "--vehicle", "VID-001=tcp:127.0.0.1:1",
             "--log-json", "--no-commands", "--no-shadow"]
     with log_path.open("wb") as log:

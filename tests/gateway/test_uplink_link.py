@@ -16,14 +16,14 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from benchmarks.linkproxy import LinkProfile, LinkProxy
-from gateway.commands.logs import LogDownloadConfig, LogDownloadService
-from gateway.contract.envelope import unpack
-from gateway.contract.subjects import event_filter
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from gateway.uplink import Level
-from sim.fleet import SimConfig
+from mavjet.benchmarks.linkproxy import LinkProfile, LinkProxy
+from mavjet.contract.envelope import unpack
+from mavjet.contract.subjects import event_filter
+from mavjet.gateway.commands.logs import LogDownloadConfig, LogDownloadService
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.publish.uplink import Level
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
 from tests.support.commands import ENV, command_rig
 from tests.support.wait import wait_for
 

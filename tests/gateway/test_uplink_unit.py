@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.contract.errors import ConfigError
-from gateway.uplink import FRAME_OVERHEAD_BYTES, Level, UplinkConfig, UplinkShaper
-from gateway.uplinkest import LAG_HOPS, UplinkEstimator
+from mavjet.contract.errors import ConfigError
+from mavjet.gateway.publish.uplink import FRAME_OVERHEAD_BYTES, Level, UplinkConfig, UplinkShaper
+from mavjet.gateway.publish.uplinkest import LAG_HOPS, UplinkEstimator
 
 S = 1_000_000_000  # ns
 

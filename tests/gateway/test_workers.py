@@ -18,17 +18,24 @@ from nats.aio.client import Client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from drivers.mavlink.codec import MavCodec
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.transport import Endpoint
-from gateway.config import GatewayConfig, VehicleConfig, resolve_config
-from gateway.contract.errors import ConfigError
-from gateway.metrics import GatewayMetrics, merge_worker_metrics
-from gateway.ops.client import CommandClient
-from gateway.ops.natsserver import NatsServer, free_port
-from gateway.ops.read import current_state
-from gateway.workers import RestartPolicy, bind_shared, owner, shared_ports, slices, worker_setup
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract.errors import ConfigError
+from mavjet.drivers.mavlink.codec import MavCodec
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig, resolve_config
+from mavjet.gateway.runtime.metrics import GatewayMetrics, merge_worker_metrics
+from mavjet.gateway.runtime.workers import (
+    RestartPolicy,
+    bind_shared,
+    owner,
+    shared_ports,
+    slices,
+    worker_setup,
+)
+from mavjet.ops.client import CommandClient
+from mavjet.ops.natsserver import NatsServer, free_port
+from mavjet.ops.read import current_state
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.gateway.test_shared_udp_port import UdpVehicle
 from tests.support import ENV, collect_events, wait_for_async
 from tests.support.commands import published_results
@@ -228,7 +235,7 @@ async def test_two_workers_split_the_fleet_restart_and_stop(
         tcp_vids = [f"VID-00{i + 1}" for i in range(6)]
         assert {owner(v, 2) for v in tcp_vids} == {0, 1}
         vids = [*tcp_vids, *udp_vids]
-        args = [sys.executable, "-m", "gateway", "gateway", "--workers", "2", "--nats", nats_server.url, "--env", ENV,
+        args = [sys.executable, "-m", "mavjet.ops", "gateway", "--workers", "2", "--nats", nats_server.url, "--env", ENV,
                 "--state-dir", str(tmp_path / "state"), "--instance", "hub", "--metrics-port", str(metrics_port)]
         args += [f"--vehicle={vid}={ep}" for vid, ep in zip(tcp_vids, fleet.endpoints, strict=True)]
         args += [f"--vehicle={vid}=udp:127.0.0.1:{udp_port}?sysid={sysid}" for vid, sysid in udp_vids.items()]
@@ -312,7 +319,7 @@ async def test_a_shared_port_taken_by_another_process_exits_2_with_one_line(tmp_
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:  # no SO_REUSEPORT: nobody may join it
         squatter.bind(("127.0.0.1", port))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway", "gateway", "--workers", "2", "--nats", "nats://127.0.0.1:1",
+            sys.executable, "-m", "mavjet.ops", "gateway", "--workers", "2", "--nats", "nats://127.0.0.1:1",
             "--state-dir", str(tmp_path / "state"),
             *[f"--vehicle=VID-10{i}=udp:127.0.0.1:{port}?sysid={i}" for i in range(1, 5)],
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from gateway.ops.demo import pick_base_port
+from mavjet.ops.demo import pick_base_port
 
 
 def test_a_fleet_too_large_for_the_preferred_base_gets_a_lower_one() -> None:

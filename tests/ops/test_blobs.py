@@ -16,10 +16,17 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway import blobs
-from gateway.blobs import BlobError, BlobFailure, chunk_subject, fetch_blob, get_blob, put_blob
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.natsconn import open_client
+from mavjet.gateway.stores import blobs
+from mavjet.gateway.stores.blobs import (
+    BlobError,
+    BlobFailure,
+    chunk_subject,
+    fetch_blob,
+    get_blob,
+    put_blob,
+)
+from mavjet.ops.natsserver import NatsServer
 from tests.support.transfer import CHUNK, Cut, Wire, corrupt_chunk, cut_after, settle, wire_spy
 
 DATA = os.urandom(CHUNK * 10 + 123)  # 11 chunks, the last one short

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.ops import blobs as cli
-from gateway.ops.natsserver import NatsServer
+from mavjet.ops import blobs as cli
+from mavjet.ops.natsserver import NatsServer
 
 DATA = os.urandom(300 * 1024 + 7)  # three 128 KiB chunks
 HEX = hashlib.sha256(DATA).hexdigest()

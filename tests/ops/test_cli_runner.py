@@ -1,4 +1,4 @@
-"""Every operator subcommand runs through `gateway.ops.runner.run_cli`: one-line errors (exit 2), Ctrl-C exits 0."""
+"""Every operator subcommand runs through `mavjet.ops.runner.run_cli`: one-line errors (exit 2), Ctrl-C exits 0."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.contract.errors import ConfigError
-from gateway.ops.runner import run_cli
+from mavjet.contract.errors import ConfigError
+from mavjet.ops.runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def operator_commands() -> dict[str, str]:
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["mavjet.commands"]
-    return {name: target for name, target in eps.items() if target.startswith("gateway.ops.")}
+    return {name: target for name, target in eps.items() if target.startswith("mavjet.ops.")}
 
 
 @pytest.mark.parametrize("name", sorted(operator_commands()))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ops import compile as mjc
+from mavjet.ops import compile as mjc
 from tests.support.compiled import cannot_compile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,14 +47,22 @@ HOT_TESTS = (
 
 
 def _mavjet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-P", "-m", "gateway", "compile", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-P", "-m", "mavjet.ops", "compile", *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env=env, check=False)
 
 
+def _checkout_path(name: str) -> Path:
+    """`mavjet.gateway.twin.samples` -> the checkout's gateway/twin/samples.py (its layer is a folder)."""
+    return ROOT / mjc.module_path(name).removeprefix("mavjet/")
+
+
 def test_hot_modules_exist_and_are_named_as_modules() -> None:
-    for path in (*mjc.HOT_MODULES, *mjc.SIM_MODULES):
-        assert (ROOT / path).is_file(), path
-    assert mjc.module_name("gateway/samples.py") == "gateway.samples"
+    """The compiled set is declared by module name: a name that is not a module fails here."""
+    for name in (*mjc.HOT_MODULES, *mjc.SIM_MODULES):
+        assert name.startswith("mavjet."), name
+        assert _checkout_path(name).is_file(), name
+        assert mjc.importlib.util.find_spec(name) is not None, name
+    assert mjc.module_path("mavjet.gateway.twin.samples") == "mavjet/gateway/twin/samples.py"
     for test in HOT_TESTS:
         assert (ROOT / test).is_file(), test
 
@@ -73,7 +81,7 @@ def test_a_source_checkout_is_not_compiled_in_place() -> None:
     proc = _mavjet(env={**env, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "source checkout" in proc.stderr and "--target" in proc.stderr
-    assert not list((ROOT / "gateway").glob("*.so"))
+    assert not list(ROOT.glob("*/**/*.so"))
 
 
 def test_without_mypyc_the_error_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,30 +97,31 @@ def test_extensions_built_in_place_join_the_wheels_record(tmp_path: Path, monkey
     info = site / "mavjet-0.1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mavjet\nVersion: 0.1.0\n")
-    (info / "RECORD").write_text("gateway/samples.py,sha256=x,10\n")
+    (info / "RECORD").write_text("mavjet/gateway/twin/samples.py,sha256=x,10\n")
     dist = importlib.metadata.PathDistribution(info)
     monkeypatch.setattr(mjc.importlib.metadata, "distribution", lambda name: dist)
-    built = [site / "gateway" / "samples.cpython-311-x86_64-linux-gnu.so", site / "abc__mypyc.cpython-311-x86_64-linux-gnu.so"]
+    so = "mavjet/gateway/twin/samples.cpython-311-x86_64-linux-gnu.so"
+    built = [site / so, site / "abc__mypyc.cpython-311-x86_64-linux-gnu.so"]
     assert mjc.record_in_install(site, built)
     assert mjc.record_in_install(site, built)  # a second build adds nothing twice
     lines = (info / "RECORD").read_text().splitlines()
-    assert lines == ["gateway/samples.py,sha256=x,10", "gateway/samples.cpython-311-x86_64-linux-gnu.so,,",
+    assert lines == ["mavjet/gateway/twin/samples.py,sha256=x,10", f"{so},,",
                      "abc__mypyc.cpython-311-x86_64-linux-gnu.so,,"]
-    assert {str(f) for f in dist.files or []} >= {"gateway/samples.cpython-311-x86_64-linux-gnu.so"}
+    assert {str(f) for f in dist.files or []} >= {so}
 
 
 @pytest.mark.timeout(300)
 def test_a_module_mypyc_refuses_fails_the_build_with_its_error(tmp_path: Path) -> None:
     """The one line names mypyc's complaint (file and line), not a compiler command line."""
     mjc.copy_packages(ROOT, tmp_path)
-    samples = tmp_path / "gateway" / "samples.py"
+    samples = tmp_path / "mavjet" / "gateway" / "twin" / "samples.py"
     samples.write_text(samples.read_text() + "\n\nclass _Refused(tuple[int, ...]):\n    pass\n")
     with pytest.raises(mjc.CompileError) as caught:
         mjc.build(tmp_path, log=tmp_path / "build.log")
     message = str(caught.value)
-    assert message.startswith("the build failed: gateway/samples.py:") and ": error:" in message
+    assert message.startswith("the build failed: mavjet/gateway/twin/samples.py:") and ": error:" in message
     assert "gcc" not in message
-    assert not list((tmp_path / "gateway").glob("*.so"))
+    assert not list((tmp_path / "mavjet").glob("**/*.so"))
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +140,10 @@ def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(120)
 def test_the_compiled_simulator_says_so_when_ready(compiled_copy: Path, tmp_path: Path) -> None:
     """`ready vehicles=N compiled=K`: a benchmark reports whether its simulator ran compiled."""
-    from sim.cli import compiled_from_ready
+    from mavjet.sim.cli import compiled_from_ready
 
     env = {**os.environ, "PYTHONPATH": str(compiled_copy)}
-    with subprocess.Popen([sys.executable, "-P", "-m", "gateway", "sim", "--vehicles", "1", "--base-port", "0"],
+    with subprocess.Popen([sys.executable, "-P", "-m", "mavjet.ops", "sim", "--vehicles", "1", "--base-port", "0"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env) as proc:
         assert proc.stdout is not None
         try:
@@ -145,7 +154,7 @@ def test_the_compiled_simulator_says_so_when_ready(compiled_copy: Path, tmp_path
     assert lines[-1] == f"ready vehicles=1 compiled={len(mjc.SIM_MODULES)}", lines
     assert compiled_from_ready(lines[-1]) == len(mjc.SIM_MODULES)
     # `mavjet sim bench` run from the compiled copy measures that copy's simulator (it passes -P on).
-    bench = subprocess.run([sys.executable, "-P", "-m", "gateway", "sim", "bench", "-n", "2", "--duration", "1",
+    bench = subprocess.run([sys.executable, "-P", "-m", "mavjet.ops", "sim", "bench", "-n", "2", "--duration", "1",
                             "--warmup", "0.5"], capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
                            check=False)
     assert bench.returncode == 0, bench.stderr[-2000:]
@@ -168,9 +177,9 @@ def test_the_compiled_copy_imports_compiled_and_passes_the_hot_modules_tests(com
     assert proc.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail
     # A source edited after the build would not run: --check calls its extension stale.
-    src = compiled_copy / "gateway" / "samples.py"
+    src = compiled_copy / "mavjet" / "gateway" / "twin" / "samples.py"
     later = time.time() + 3600  # after the build, whenever the checkout's files were written
     os.utime(src, (later, later))
     stale = _mavjet("--check", env=env)
     assert stale.returncode == 1
-    assert "stale        gateway.samples" in stale.stdout and "mavjet compile again" in stale.stderr
+    assert "stale        mavjet.gateway.twin.samples" in stale.stdout and "mavjet compile again" in stale.stderr

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(BASH is None, reason="bash is not installed")
 
 
 def mavjet(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mavjet.ops", *argv], capture_output=True, text=True,
                           timeout=120, check=False)
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from gateway.contract.envelope import CONTENT_TYPE, pack
-from gateway.contract.subjects import state_subject
-from gateway.ops.console import LineProgress, plain_table, transfer_progress
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.envelope import CONTENT_TYPE, pack
+from mavjet.contract.subjects import state_subject
+from mavjet.ops.console import LineProgress, plain_table, transfer_progress
+from mavjet.ops.natsserver import NatsServer
 
 VID = "VID-004"
 DEMO_PLAN = Path(__file__).resolve().parents[2] / "sim" / "plans" / "demo.plan"
@@ -77,7 +77,7 @@ async def test_twin_is_a_rich_table_on_a_terminal_and_plain_in_a_pipe(
     provisioned: Client, nats_server: NatsServer
 ) -> None:
     await _publish_state(provisioned)
-    argv = [sys.executable, "-m", "gateway", "twin", VID, "--nats", nats_server.url, "--env", "test"]
+    argv = [sys.executable, "-m", "mavjet.ops", "twin", VID, "--nats", nats_server.url, "--env", "test"]
     rc, screen = in_pty(argv)
     assert rc == 0, screen
     assert "CHANNEL" in screen and "FIELDS" in screen and BOX in screen, screen  # a rich table
@@ -94,7 +94,7 @@ async def test_twin_is_a_rich_table_on_a_terminal_and_plain_in_a_pipe(
 
 
 async def test_monitor_once_tables_on_a_terminal(provisioned: Client, nats_server: NatsServer) -> None:
-    argv = [sys.executable, "-m", "gateway", "monitor", "--once", "--nats", nats_server.url]
+    argv = [sys.executable, "-m", "mavjet.ops", "monitor", "--once", "--nats", nats_server.url]
     rc, screen = in_pty(argv)
     assert rc in (0, 1), screen
     assert "STREAM" in screen and "TWIN_STATE" in screen and BOX in screen
@@ -103,7 +103,7 @@ async def test_monitor_once_tables_on_a_terminal(provisioned: Client, nats_serve
 
 
 def test_cmd_list_on_a_terminal_is_a_table() -> None:
-    rc, screen = in_pty([sys.executable, "-m", "gateway", "cmd", "--list"])
+    rc, screen = in_pty([sys.executable, "-m", "mavjet.ops", "cmd", "--list"])
     assert rc == 0 and "WHAT IT DOES" in screen and "takeoff" in screen and BOX in screen
 
 
@@ -120,7 +120,7 @@ def test_progress_is_plain_lines_off_a_terminal_and_a_bar_on_one() -> None:
     with transfer_progress("get x", stream=quiet, quiet=True) as progress:
         progress(1, 2)
     assert quiet.getvalue() == ""
-    code = ("from gateway.ops.console import transfer_progress\n"
+    code = ("from mavjet.ops.console import transfer_progress\n"
             "with transfer_progress('put big.bin') as p:\n"
             "    for i in range(11): p(i * 100_000, 1_000_000)\n"
             "print('done')\n")
@@ -140,7 +140,7 @@ async def test_fleet_live_view_redraws_in_the_alternate_screen_within_80x24(
     provisioned: Client, nats_server: NatsServer
 ) -> None:
     await _publish_state(provisioned)
-    argv = [sys.executable, "-m", "gateway", "fleet", "--nats", nats_server.url, "--env", "test",
+    argv = [sys.executable, "-m", "mavjet.ops", "fleet", "--nats", nats_server.url, "--env", "test",
             "--refresh", "0.3s", "--duration", "1.5s"]
     rc, screen = in_pty(argv, columns=80, lines=24)
     assert rc == 0, screen
@@ -156,17 +156,17 @@ async def test_blobs_put_progress_and_ls_table(provisioned: Client, nats_server:
     blob = tmp_path / "big.bin"
     blob.write_bytes(os.urandom(600_000))
     nats = ["--nats", nats_server.url]
-    out = piped([sys.executable, "-m", "gateway", "blobs", "put", str(blob), "--name", "logs/VID-004/1.bin", *nats])
+    out = piped([sys.executable, "-m", "mavjet.ops", "blobs", "put", str(blob), "--name", "logs/VID-004/1.bin", *nats])
     assert out.returncode == 0, out.stderr
     assert "put big.bin: 600000/600000 bytes (100%)" in out.stderr  # plain lines off a terminal
     again = tmp_path / "again.bin"
     again.write_bytes(os.urandom(300_000))
-    rc, screen = in_pty([sys.executable, "-m", "gateway", "blobs", "put", str(again), *nats])
+    rc, screen = in_pty([sys.executable, "-m", "mavjet.ops", "blobs", "put", str(again), *nats])
     assert rc == 0 and "stored sha256/" in screen and "bytes (" not in screen, screen  # the bar, then the result
-    rc, screen = in_pty([sys.executable, "-m", "gateway", "blobs", "ls", *nats])
+    rc, screen = in_pty([sys.executable, "-m", "mavjet.ops", "blobs", "ls", *nats])
     assert rc == 0 and "OBJECT" in screen and BOX in screen and "-> sha256/" in screen, screen
     assert "logs/VID-004/1.bin" in screen and "600,000" in screen
-    out = piped([sys.executable, "-m", "gateway", "blobs", "ls", *nats])
+    out = piped([sys.executable, "-m", "mavjet.ops", "blobs", "ls", *nats])
     assert "OBJECT" not in out.stdout and any(
         line.startswith("logs/VID-004/1.bin") and "600000 B" in line for line in out.stdout.splitlines())
 
@@ -174,9 +174,9 @@ async def test_blobs_put_progress_and_ls_table(provisioned: Client, nats_server:
 async def test_mission_ls_is_a_table_on_a_terminal(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     plan = DEMO_PLAN
     nats = ["--nats", nats_server.url]
-    out = piped([sys.executable, "-m", "gateway", "mission", "put", str(plan), "--name", "missions/tty.plan", *nats])
+    out = piped([sys.executable, "-m", "mavjet.ops", "mission", "put", str(plan), "--name", "missions/tty.plan", *nats])
     assert out.returncode == 0, out.stderr
-    rc, screen = in_pty([sys.executable, "-m", "gateway", "mission", "ls", *nats])
+    rc, screen = in_pty([sys.executable, "-m", "mavjet.ops", "mission", "ls", *nats])
     assert rc == 0 and "OBJECT" in screen and BOX in screen and "missions/tty.plan" in screen, screen
-    out = piped([sys.executable, "-m", "gateway", "mission", "ls", *nats])
+    out = piped([sys.executable, "-m", "mavjet.ops", "mission", "ls", *nats])
     assert "OBJECT" not in out.stdout and any(line.startswith("missions/tty.plan") for line in out.stdout.splitlines())

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from gateway.ops import backup, migrate, restore, shadow, sign
-from gateway.ops.runner import duration
+from mavjet.ops import backup, migrate, restore, shadow, sign
+from mavjet.ops.runner import duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30.0), ("5m", 300.0), ("250ms", 0.25), ("12", 12.0), ("1h", 3600.0)])

@@ -11,10 +11,10 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.envelope import CONTENT_TYPE, pack
-from gateway.contract.subjects import event_subject
-from gateway.contract.units import parse_instant
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.envelope import CONTENT_TYPE, pack
+from mavjet.contract.subjects import event_subject
+from mavjet.contract.units import parse_instant
+from mavjet.ops.natsserver import NatsServer
 
 NOW = dt.datetime(2026, 11, 23, 12, 30, tzinfo=dt.UTC)
 
@@ -48,7 +48,7 @@ def test_parse_instant_refuses_with_the_accepted_forms(text: str) -> None:
 
 def _events(server: NatsServer, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway", "events", "--nats", server.url, "--env", "test", *args],
+        [sys.executable, "-m", "mavjet.ops", "events", "--nats", server.url, "--env", "test", *args],
         capture_output=True, text=True, timeout=60, check=False,
     )
 
@@ -90,7 +90,7 @@ async def test_a_closed_pipe_is_not_a_traceback(provisioned: Client, nats_server
                          pack("VID-001", int(now_ns), {"severity": 6, "text": f"line {i} " + "x" * 200}),
                          headers={"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": f"VID-001:statustext:p{i}"})
     # `twin` prints everything at once after reading: the write hits the closed pipe in the command itself.
-    cmd = f"{sys.executable} -m gateway twin VID-001 --events 300 --nats {nats_server.url} --env test | head -n 1"
+    cmd = f"{sys.executable} -m mavjet.ops twin VID-001 --events 300 --nats {nats_server.url} --env test | head -n 1"
     out = await anyio.to_thread.run_sync(lambda: subprocess.run(
         ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60, check=False))
     assert out.stdout.count("\n") == 1 and "VID-001" in out.stdout

@@ -9,11 +9,11 @@ import sys
 
 from nats.aio.client import Client
 
-from gateway.contract.envelope import CONTENT_TYPE, pack
-from gateway.contract.subjects import event_subject
-from gateway.ops.events import Severity, severity
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.read import Record
+from mavjet.contract.envelope import CONTENT_TYPE, pack
+from mavjet.contract.subjects import event_subject
+from mavjet.ops.events import Severity, severity
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.read import Record
 from tests.ops import test_console as tty  # in_pty / piped, the console tests' own helpers
 
 T0 = dt.datetime(2026, 11, 23, 12, 30, 0, 123000, tzinfo=dt.UTC)
@@ -50,7 +50,7 @@ async def _publish(nc: Client) -> None:
 
 
 def _argv(server: NatsServer, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "gateway", "events", "--nats", server.url, "--env", "test", "--since", "1h",
+    return [sys.executable, "-m", "mavjet.ops", "events", "--nats", server.url, "--env", "test", "--since", "1h",
             "--follow", "--duration", "1.5s", *extra]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gateway.ops.fleet import FleetView
-from gateway.ops.read import Record
+from mavjet.ops.fleet import FleetView
+from mavjet.ops.read import Record
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.ops.fmt import format_fields, format_value
+from mavjet.ops.fmt import format_fields, format_value
 
 
 @pytest.mark.parametrize(

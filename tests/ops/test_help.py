@@ -1,6 +1,6 @@
 """Every `mavjet` command, subcommand, option and argument says what it is for in `--help`.
 
-Walks the one parser tree shell completion is generated from (gateway/ops/completion.py),
+Walks the one parser tree shell completion is generated from (ops/completion.py),
 so a command registered as an entry point is checked with its flags, sub-subcommands and
 the benchmarks under `mavjet bench`.
 """
@@ -12,9 +12,9 @@ import importlib.metadata
 import subprocess
 import sys
 
-from benchmarks.cli import BENCHMARKS
-from gateway.cli import COMMANDS, GROUP
-from gateway.ops.completion import mavjet_parser
+from mavjet.benchmarks.cli import BENCHMARKS
+from mavjet.ops.cli import COMMANDS, GROUP
+from mavjet.ops.completion import mavjet_parser
 
 
 def _undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
@@ -47,23 +47,23 @@ def test_every_command_option_and_argument_has_help() -> None:
 def test_the_command_list_names_every_registered_command() -> None:
     registered = {ep.name for ep in importlib.metadata.entry_points(group=GROUP)}
     assert set(COMMANDS) == registered
-    out = subprocess.run([sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-m", "mavjet.ops", "--help"], capture_output=True, text=True, timeout=60,
                          check=True).stdout
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
     assert listed == registered
 
 
 def test_bench_help_lists_each_benchmark_with_what_it_measures() -> None:
-    out = subprocess.run([sys.executable, "-m", "gateway", "bench", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "--help"], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 0 and out.stderr == ""
     rows = {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("  ")}
     assert set(rows) == set(BENCHMARKS)
     for name, (_, summary) in BENCHMARKS.items():
         assert summary in rows[name]
-    bare = subprocess.run([sys.executable, "-m", "gateway", "bench"], capture_output=True, text=True, timeout=60,
+    bare = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench"], capture_output=True, text=True, timeout=60,
                           check=False)
     assert bare.returncode == 2 and "ingest" in bare.stderr and bare.stdout == ""
-    bad = subprocess.run([sys.executable, "-m", "gateway", "bench", "ingset"], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "mavjet.ops", "bench", "ingset"], capture_output=True, text=True,
                          timeout=60, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'ingset'" in bad.stderr and "ingest" in bad.stderr

@@ -26,8 +26,8 @@ def test_the_daemon_install_has_no_spark_server_binary_or_dev_tools() -> None:
 
 
 def test_the_demo_and_the_daemon_never_import_spark() -> None:
-    code = ("import sys, gateway.ops.demo, gateway.daemon, gateway.entry, sim.cli, gateway.ops.fleet, gateway.ops.twin; "
-            "bad = sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'matplotlib', 'analytics') if m in sys.modules); "
+    code = ("import sys, mavjet.ops.demo, mavjet.gateway.daemon, mavjet.gateway.entry, mavjet.sim.cli, mavjet.ops.fleet, mavjet.ops.twin; "
+            "bad = sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'matplotlib', 'mavjet.analytics') if m in sys.modules); "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer, NatsServerError, free_port
+from mavjet.ops.natsserver import COLOCATED_GOMAXPROCS, NatsServer, NatsServerError, free_port
 
 
 def _varz_gomaxprocs(tmp_path: Path, gomaxprocs: int | None = None) -> int:

@@ -8,8 +8,8 @@ from nats.aio.client import Client
 from nats.js import api as jsapi
 from nats.js.errors import APIError
 
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import (
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import (
     DEFINITIONS_DIR,
     ProvisionConflict,
     load_definitions,
@@ -84,7 +84,7 @@ async def test_conflicting_stream_fails_with_clear_message(nc: Client) -> None:
 
 
 def test_cli_dry_run_and_unreachable(nats_server: NatsServer) -> None:
-    exe = [sys.executable, "-m", "gateway", "provision", "--nats", nats_server.url, "--env", "cli"]
+    exe = [sys.executable, "-m", "mavjet.ops", "provision", "--nats", nats_server.url, "--env", "cli"]
     out = subprocess.run([*exe, "--dry-run"], capture_output=True, text=True, timeout=60, check=True)
     assert "would create    stream TWIN_STATE" in out.stdout
     out = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=True)
@@ -92,7 +92,7 @@ def test_cli_dry_run_and_unreachable(nats_server: NatsServer) -> None:
     out = subprocess.run(exe, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.count("unchanged") == len(load_definitions(DEFINITIONS_DIR, env="cli", replicas=1))
     bad = subprocess.run(
-        [sys.executable, "-m", "gateway", "provision", "--nats", "nats://127.0.0.1:1"],
+        [sys.executable, "-m", "mavjet.ops", "provision", "--nats", "nats://127.0.0.1:1"],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert bad.returncode == 2 and "cannot reach NATS" in bad.stderr
@@ -121,7 +121,7 @@ class _RacingJs:
 
 
 async def test_the_servers_store_race_is_tried_again_other_errors_are_not() -> None:
-    from gateway.ops.reserve import STORE_RACE_ATTEMPTS, add_stream_retrying
+    from mavjet.ops.reserve import STORE_RACE_ATTEMPTS, add_stream_retrying
 
     ok = _RacingJs(failures=1)
     await add_stream_retrying(ok, jsapi.StreamConfig(name="S"))  # type: ignore[arg-type]

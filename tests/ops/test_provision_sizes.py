@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from nats.js import api as jsapi
 
-from gateway.contract.errors import MavjetError
-from gateway.contract.natsconn import open_client
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, ProvisionTooLarge, load_definitions, provision
-from gateway.ops.reserve import GiB, headroom_bytes, reservable
+from mavjet.contract.errors import MavjetError
+from mavjet.contract.natsconn import open_client
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, ProvisionTooLarge, load_definitions, provision
+from mavjet.ops.reserve import GiB, headroom_bytes, reservable
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ async def test_a_failure_midway_is_undone(small_server: NatsServer) -> None:
 
 def test_cli_refusal_is_one_line_and_dry_run_checks(small_server: NatsServer) -> None:
     def provision_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "gateway", "provision", "--nats", small_server.url, *args],
+        return subprocess.run([sys.executable, "-m", "mavjet.ops", "provision", "--nats", small_server.url, *args],
                               capture_output=True, text=True, timeout=60, check=False)
 
     for args in ((), ("--dry-run",)):

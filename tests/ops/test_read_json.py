@@ -8,15 +8,15 @@ import sys
 
 from nats.aio.client import Client
 
-from gateway.contract.commands import CATALOGUE
-from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.commands import CATALOGUE
+from mavjet.contract.subjects import SHADOW_BUCKET, shadow_key
+from mavjet.ops.natsserver import NatsServer
 
 VID = "VID-007"
 
 
 def mavjet(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mavjet.ops", *argv], capture_output=True, text=True,
                           timeout=60, check=False)
 
 
@@ -81,7 +81,7 @@ async def test_migrate_status_json_names_what_is_not_a_mirror(provisioned: Clien
 
 async def test_shadow_history_reads_what_kv_history_reads(provisioned: Client) -> None:
     """Revisions, operations and values as nats-py's watcher gives them (idle here, so it does not race)."""
-    from gateway.ops.shadow import _history
+    from mavjet.ops.shadow import _history
 
     js = provisioned.jetstream()
     kv = await js.key_value(SHADOW_BUCKET)

@@ -6,9 +6,9 @@ import datetime as dt
 import time
 from typing import Any
 
-from gateway.clock import GatewayClock
-from gateway.ops.fleet import FleetView
-from gateway.ops.read import STALE_AFTER_S, Record, age_s, staleness
+from mavjet.gateway.twin.clock import GatewayClock
+from mavjet.ops.fleet import FleetView
+from mavjet.ops.read import STALE_AFTER_S, Record, age_s, staleness
 
 NOW = dt.datetime(2025, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 

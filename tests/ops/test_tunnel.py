@@ -17,15 +17,15 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2 as m
-from drivers.mavlink.transport import Endpoint
-from gateway.config import parse_route
-from gateway.contract import natsconn
-from gateway.contract.natsconn import NatsOptions
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.tunnel import Tunnel
-from sim.fleet import SimConfig, SimFleet
+from mavjet.contract import natsconn
+from mavjet.contract.natsconn import NatsOptions
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import parse_route
+from mavjet.gateway.daemon import Gateway
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.tunnel import Tunnel
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.gateway.test_routes import GUIDED, Gcs, _free_udp_port, _hb, set_mode_guided
 from tests.support import ENV, gateway_config, running
 

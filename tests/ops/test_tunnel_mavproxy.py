@@ -16,10 +16,10 @@ import pytest
 from anyio.abc import Process
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.daemon import Gateway
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.gateway.daemon import Gateway
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.gateway.test_routes import _free_udp_port
 from tests.support import ENV, gateway_config, running, wait_for_async
 

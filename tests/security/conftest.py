@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.natsconn import NatsOptions, connect_kwargs, open_client
-from gateway.ops import auth
-from gateway.ops.natsserver import DEV_CONFIG, NatsServer
-from gateway.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from mavjet.contract.natsconn import NatsOptions, connect_kwargs, open_client
+from mavjet.ops import auth
+from mavjet.ops.natsserver import DEV_CONFIG, NatsServer
+from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "test"
 

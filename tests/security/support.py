@@ -13,8 +13,8 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from gateway.contract.errors import MavjetError
-from gateway.ops.auth_jwt import NKey, creds_jwt
+from mavjet.contract.errors import MavjetError
+from mavjet.ops.auth_jwt import NKey, creds_jwt
 from tests.support.wait import wait_for
 
 # Refused JetStream requests get no answer: a short timeout keeps the suite quick.

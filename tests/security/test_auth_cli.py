@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.contract import envelope
-from gateway.contract.subjects import event_subject, state_subject
-from gateway.ops import auth
-from gateway.ops.auth_jwt import decode_claims
+from mavjet.contract import envelope
+from mavjet.contract.subjects import event_subject, state_subject
+from mavjet.ops import auth
+from mavjet.ops.auth_jwt import decode_claims
 from tests.security.conftest import ENV, Secured
 from tests.security.support import JS_TIMEOUT_S, clean, refused
 
@@ -85,7 +85,7 @@ async def test_add_vehicle_keeps_the_others_valid(hub: Secured) -> None:
 
 async def test_operator_tools_work_with_role_credentials(hub: Secured, capsys: pytest.CaptureFixture[str]) -> None:
     """`mavjet twin/events/shadow` with viewer.creds, `shadow set` with operator.creds; viewer cannot set."""
-    from gateway.ops import events, shadow, twin
+    from mavjet.ops import events, shadow, twin
 
     admin = await hub.connect("admin")
     try:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.contract.subjects import (
+from mavjet.contract.subjects import (
     EVENTS_STREAM,
     SHADOW_BUCKET,
     shadow_key,
 )
-from gateway.ops.client import CommandClient
-from sim.fleet import SimConfig, SimFleet
+from mavjet.ops.client import CommandClient
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.security.conftest import ENV, Secured
 from tests.support.gwprocess import gateway_process, state_published
 from tests.support.wait import WaitTimeout, wait_for_async

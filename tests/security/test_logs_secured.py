@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.fleet import SimConfig, SimFleet
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.security.conftest import ENV, Secured
 from tests.support.gwprocess import gateway_process, state_published
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def mavjet_logs(hub: Secured, creds: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "logs", *args, "--nats", hub.server.url, "--env", ENV,
+    return subprocess.run([sys.executable, "-m", "mavjet.ops", "logs", *args, "--nats", hub.server.url, "--env", ENV,
                            "--creds", hub.creds(creds)], capture_output=True, text=True, timeout=150, check=False)
 
 

@@ -16,9 +16,8 @@ import pytest
 from nats.js import api as jsapi
 from nats.js.errors import NotFoundError
 
-from gateway import logstore
-from gateway.contract import envelope
-from gateway.contract.subjects import (
+from mavjet.contract import envelope
+from mavjet.contract.subjects import (
     LOGS_STREAM,
     TRACKS_STREAM,
     log_chunk_subject,
@@ -26,6 +25,7 @@ from gateway.contract.subjects import (
     log_records_filter,
     track_subject,
 )
+from mavjet.gateway.stores import logstore
 from tests.security.conftest import ENV, Secured
 from tests.security.support import JS_TIMEOUT_S, clean, refused
 

@@ -16,11 +16,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from gateway.commands.consumer import consumer_config, durable_name, ensure_consumer
-from gateway.config import CommandsConfig
-from gateway.contract import envelope
-from gateway.contract.natsconn import creds_inbox_prefix
-from gateway.contract.subjects import (
+from mavjet.contract import envelope
+from mavjet.contract.natsconn import creds_inbox_prefix
+from mavjet.contract.subjects import (
     BLOBS_BUCKET,
     CMD_STREAM,
     EVENTS_STREAM,
@@ -31,7 +29,9 @@ from gateway.contract.subjects import (
     shadow_key,
     state_subject,
 )
-from gateway.shadow.kvstore import KeyWatch, ShadowStore
+from mavjet.gateway.commands.consumer import consumer_config, durable_name, ensure_consumer
+from mavjet.gateway.config import CommandsConfig
+from mavjet.gateway.shadow.kvstore import KeyWatch, ShadowStore
 from tests.security.conftest import ENV, Secured
 from tests.security.support import JS_TIMEOUT_S, clean, refused
 
@@ -319,9 +319,9 @@ async def test_unknown_identity_is_refused(secured: Secured) -> None:
 
 async def test_analytics_source_reads_the_audit_trail_with_its_credential(hub: Secured) -> None:
     """The Spark source's reader (analytics/natsread.py) under analytics.creds: range, time cut, rows."""
-    from analytics.natsread import iter_range
-    from analytics.natsread import run as resolve
-    from analytics.options import SourceOptions
+    from mavjet.analytics.natsread import iter_range
+    from mavjet.analytics.natsread import run as resolve
+    from mavjet.analytics.options import SourceOptions
 
     admin = await hub.connect("admin")
     try:

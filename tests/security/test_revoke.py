@@ -13,10 +13,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.contract.errors import ConfigError
-from gateway.contract.subjects import event_subject
-from gateway.ops import auth
-from gateway.ops.auth_jwt import creds_jwt, decode_claims
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.subjects import event_subject
+from mavjet.ops import auth
+from mavjet.ops.auth_jwt import creds_jwt, decode_claims
 from tests.security.conftest import ENV, Secured
 from tests.security.support import clean, connect_reply
 from tests.support.wait import wait_for, wait_for_async
@@ -43,7 +43,7 @@ async def test_revoked_credential_is_refused_after_reload(hub: Secured, tmp_path
     v1, v2, op = await hub.connect("VID-001"), await hub.connect("VID-002"), await hub.connect("operator")
     try:
         out = await anyio.to_thread.run_sync(lambda: subprocess.run(
-            [sys.executable, "-m", "gateway", "auth", "revoke", str(hub.dir), "VID-001"],
+            [sys.executable, "-m", "mavjet.ops", "auth", "revoke", str(hub.dir), "VID-001"],
             capture_output=True, text=True, timeout=60, check=False))
         assert out.returncode == 0, out.stderr
         assert "reload" in out.stderr and not await anyio.Path(hub.creds("VID-001")).exists()

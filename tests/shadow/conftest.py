@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from sim.fleet import SimConfig, SimFleet
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.shadow.harness import Shadowed, shadowed
 
 

@@ -17,11 +17,11 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
-from gateway.daemon import Gateway
-from gateway.shadow.config import ShadowConfig
-from gateway.shadow.service import ShadowService
-from sim.fleet import SimFleet
+from mavjet.contract.subjects import SHADOW_BUCKET, shadow_key
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.shadow.service import ShadowService
+from mavjet.sim.fleet import SimFleet
 from tests.support import ENV, gateway_config, wait_for_async
 
 FAST = ShadowConfig(verify_interval_s=3.0, retry_initial_s=0.3, retry_max_s=2.0, resync_interval_s=2.0, tick_s=0.2, confirm_s=3.0,

@@ -9,9 +9,9 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from gateway.contract.subjects import SHADOW_BUCKET, shadow_key
-from gateway.ops import shadow as cli
-from gateway.ops.natsserver import NatsServer
+from mavjet.contract.subjects import SHADOW_BUCKET, shadow_key
+from mavjet.ops import shadow as cli
+from mavjet.ops.natsserver import NatsServer
 
 VID = "VID-009"
 

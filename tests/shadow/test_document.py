@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE
-from drivers.mavlink.plan import Plan
-from gateway.shadow.diff import (
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE
+from mavjet.drivers.mavlink.plan import Plan
+from mavjet.gateway.shadow.diff import (
     DeltaBook,
     FlightRecord,
     LiveConfig,
@@ -18,9 +18,16 @@ from gateway.shadow.diff import (
     flight_hold,
     retry_delay_s,
 )
-from gateway.shadow.document import Desired, check_mode, check_param, parse_desired
-from gateway.shadow.fence import fence_to_json, rate_matches, rate_message
-from gateway.shadow.steps import Finding, GeofenceStep, MissionStep, ParamsStep, RatesStep, Verdict
+from mavjet.gateway.shadow.document import Desired, check_mode, check_param, parse_desired
+from mavjet.gateway.shadow.fence import fence_to_json, rate_matches, rate_message
+from mavjet.gateway.shadow.steps import (
+    Finding,
+    GeofenceStep,
+    MissionStep,
+    ParamsStep,
+    RatesStep,
+    Verdict,
+)
 
 INT8 = mavlink2.MAV_PARAM_TYPE_INT8
 INT32 = mavlink2.MAV_PARAM_TYPE_INT32

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from gateway.shadow.diff import LiveConfig
-from gateway.shadow.document import parse_desired
-from gateway.shadow.steps.params import on_param_value
-from sim import params
-from sim.fleet import SimFleet
+from mavjet.gateway.shadow.diff import LiveConfig
+from mavjet.gateway.shadow.document import parse_desired
+from mavjet.gateway.shadow.steps.params import on_param_value
+from mavjet.sim import params
+from mavjet.sim.fleet import SimFleet
 from tests.shadow.harness import FAST, Shadowed, shadowed
 from tests.support import wait_for
 

@@ -7,8 +7,8 @@ from typing import Any
 import msgpack
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.contract.subjects import EVENTS_STREAM, event_subject
+from mavjet.contract.subjects import EVENTS_STREAM, event_subject
+from mavjet.drivers.mavlink.dialect import mavlink2
 from tests.shadow.harness import Shadowed
 from tests.support import ENV, wait_for, wait_for_async
 

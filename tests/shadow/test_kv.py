@@ -8,8 +8,8 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.shadow.harness import Shadowed, shadowed
 from tests.support import wait_for
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import nats.js.errors
 
-from drivers.mavlink.fence import geofence_from_dict
-from drivers.mavlink.mission import FENCE, MISSION
-from drivers.mavlink.plan import digest, parse_plan
-from gateway.contract.subjects import BLOBS_BUCKET
+from mavjet.contract.subjects import BLOBS_BUCKET
+from mavjet.drivers.mavlink.fence import geofence_from_dict
+from mavjet.drivers.mavlink.mission import FENCE, MISSION
+from mavjet.drivers.mavlink.plan import digest, parse_plan
 from tests.shadow.harness import Shadowed
 from tests.support import wait_for
 

@@ -6,16 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.plan import Plan, parse_plan
-from gateway.shadow.book import RetryBook
-from gateway.shadow.diff import FlightRecord, FlightResult, LiveConfig, VehicleView
-from gateway.shadow.document import Desired, parse_desired
-from gateway.shadow.steps import GeofenceStep, MissionStep, ParamsStep, RatesStep, Verdict
-from gateway.shadow.steps.flight import FlightTracker, observe_flight
-from gateway.shadow.steps.geofence import reported_fence
-from gateway.shadow.steps.mission import check_plan
-from gateway.shadow.steps.params import observe_param
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.plan import Plan, parse_plan
+from mavjet.gateway.shadow.book import RetryBook
+from mavjet.gateway.shadow.diff import FlightRecord, FlightResult, LiveConfig, VehicleView
+from mavjet.gateway.shadow.document import Desired, parse_desired
+from mavjet.gateway.shadow.steps import GeofenceStep, MissionStep, ParamsStep, RatesStep, Verdict
+from mavjet.gateway.shadow.steps.flight import FlightTracker, observe_flight
+from mavjet.gateway.shadow.steps.geofence import reported_fence
+from mavjet.gateway.shadow.steps.mission import check_plan
+from mavjet.gateway.shadow.steps.params import observe_param
 
 INT8 = mavlink2.MAV_PARAM_TYPE_INT8
 INT32 = mavlink2.MAV_PARAM_TYPE_INT32

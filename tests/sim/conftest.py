@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sim.fleet import SimFleet
+from mavjet.sim.fleet import SimFleet
 from tests.support.sim import MavClient, running
 
 

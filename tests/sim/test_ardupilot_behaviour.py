@@ -7,7 +7,7 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
+from mavjet.sim.fleet import SimFleet
 from tests.sim.test_missions import download, item, upload
 from tests.support.sim import MavClient, ready, running
 

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from sim import cli
+from mavjet.sim import cli
 from tests.support import wait_for
 from tests.support.sim import MavClient, running
 
 
 async def test_cli_prints_endpoints_serves_mavlink_and_exits_0_on_sigterm() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", "sim", "--vehicles", "2", "--base-port", "0", "--speedup", "5",
+        sys.executable, "-m", "mavjet.ops", "sim", "--vehicles", "2", "--base-port", "0", "--speedup", "5",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -73,7 +73,7 @@ async def test_sortie_flies_and_lands_on_its_own() -> None:
             nonlocal max_dist
             home = v.home
             assert home is not None
-            from sim import geo
+            from mavjet.sim import geo
 
             max_dist = max(max_dist, geo.distance_m(home[0], home[1], v.lat_deg, v.lon_deg))
             return v.sortie.flights >= 1
@@ -105,7 +105,7 @@ async def test_sortie_steps_aside_when_a_ground_station_commands() -> None:
 async def test_bench_measures_a_small_fleet() -> None:
     import os
 
-    from sim import bench
+    from mavjet.sim import bench
 
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     result = await bench.bench(vehicles=5, duration_s=2.0, fast_hz=10.0, slow_hz=2.0, warmup_s=1.0)

@@ -9,7 +9,7 @@ import socket
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
+from mavjet.sim.fleet import SimFleet
 from tests.support import wait_for
 from tests.support.sim import MavClient, ready, running
 

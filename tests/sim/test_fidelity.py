@@ -14,9 +14,9 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.missions import SimMissionItem, ardupilot_form, ardupilot_refusal
-from sim.model import VehicleModel, VehicleOptions
-from sim.modes import ARDUPILOT
+from mavjet.sim.missions import SimMissionItem, ardupilot_form, ardupilot_refusal
+from mavjet.sim.model import VehicleModel, VehicleOptions
+from mavjet.sim.modes import ARDUPILOT
 from tests.sim.test_missions import download, item, upload
 from tests.support import wait_for
 from tests.support.sim import MavClient, ready, running

@@ -8,8 +8,8 @@ import time
 import anyio
 import pytest
 
-from drivers.mavlink.logs import LogConfig, LogTimeout
-from sim.logs import DISARM_TEXT, LOG_DATA_BYTES
+from mavjet.drivers.mavlink.logs import LogConfig, LogTimeout
+from mavjet.sim.logs import DISARM_TEXT, LOG_DATA_BYTES
 from tests.drivers.simlink import wait_for
 from tests.drivers.test_session_sim import sim_session
 
@@ -135,9 +135,9 @@ async def test_throughput_over_tcp(frames_per_tick: int, monkeypatch: pytest.Mon
     200 LOG_DATA per 50 ms tick is the sim's default rate (~350 KiB/s plus the burst on each request);
     at 2000 the sim is no longer the bound and the figure is the gateway side's.
     """
-    import sim.logs
+    import mavjet.sim.logs
 
-    monkeypatch.setattr(sim.logs, "FRAMES_PER_POLL", frames_per_tick)
+    monkeypatch.setattr(mavjet.sim.logs, "FRAMES_PER_POLL", frames_per_tick)
     async with sim_session() as (session, v, _model):
         entry = (await session.list_logs())[-1]
         sink = Collect()

@@ -7,8 +7,8 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim import geo
-from sim.fleet import SimFleet
+from mavjet.sim import geo
+from mavjet.sim.fleet import SimFleet
 from tests.support import wait_for
 from tests.support.sim import MavClient, ready, running
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim import params
-from sim.fleet import SimFleet
+from mavjet.sim import params
+from mavjet.sim.fleet import SimFleet
 from tests.support import wait_for
 from tests.support.sim import MavClient, ready
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from sim import params
-from sim.modes import px4_custom
+from mavjet.sim import params
+from mavjet.sim.modes import px4_custom
 from tests.support.sim import M, MavClient, ready, running
 from tests.support.wait import wait_for
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from nats.aio.client import Client
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from drivers.mavlink.mission import MISSION
-from drivers.mavlink.plan import digest, parse_plan
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig
+from mavjet.drivers.mavlink.mission import MISSION
+from mavjet.drivers.mavlink.plan import digest, parse_plan
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig
 from tests.commands.test_mission import PLAN, mission_put
 from tests.sim.test_missions import download, item, upload
 from tests.support.commands import command_rig, ready_to_fly

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.ops.natsserver import NatsServer
-from gateway.ops.sortie import SortiePlan, fly_sortie, start_mode
-from sim.fleet import SimConfig
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.ops.natsserver import NatsServer
+from mavjet.ops.sortie import SortiePlan, fly_sortie, start_mode
+from mavjet.sim.fleet import SimConfig
 from tests.support.commands import ENV, command_rig
 
 

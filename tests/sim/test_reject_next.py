@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
-from sim.model import VehicleModel, VehicleOptions
-from sim.modes import ARDUPILOT
+from mavjet.sim.fleet import SimFleet
+from mavjet.sim.model import VehicleModel, VehicleOptions
+from mavjet.sim.modes import ARDUPILOT
 from tests.support.sim import MavClient, ready
 
 SET_MODE = M.MAV_CMD_DO_SET_MODE

@@ -17,8 +17,8 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
-from sim.signing import AHEAD_TICKS, Check, VehicleSigning
+from mavjet.sim.fleet import SimFleet
+from mavjet.sim.signing import AHEAD_TICKS, Check, VehicleSigning
 from tests.support.sim import MavClient
 from tests.support.wait import wait_for
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
+from mavjet.sim.fleet import SimFleet
 from tests.support.sim import MavClient, ready, running
 
 

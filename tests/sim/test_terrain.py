@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
-from sim.terrain import FULL_MASK, MAX_BLOCKS, TerrainServer, grid_of
+from mavjet.sim.fleet import SimFleet
+from mavjet.sim.terrain import FULL_MASK, MAX_BLOCKS, TerrainServer, grid_of
 from tests.sim.test_missions import item, upload
 from tests.support.sim import MavClient, ready, running
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from sim.fleet import SimFleet
+from mavjet.sim.fleet import SimFleet
 from tests.support.sim import MavClient
 
 

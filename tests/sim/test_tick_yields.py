@@ -6,19 +6,19 @@ import asyncio
 
 import pytest
 
-import sim.cli
-import sim.fleet
-import sim.stepmode
-import sim.streams
-import sim.telemetry
-from sim.fleet import SimConfig, SimFleet
-from sim.model import VehicleModel
-from sim.vehicle import SimVehicle
+import mavjet.sim.cli
+import mavjet.sim.fleet
+import mavjet.sim.stepmode
+import mavjet.sim.streams
+import mavjet.sim.telemetry
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.model import VehicleModel
+from mavjet.sim.vehicle import SimVehicle
 from tests.support.compiled import interpreted_only
 
 
 async def test_a_tick_of_many_vehicles_lets_other_work_run_between_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sim.fleet, "TICK_CHUNK", 2)
+    monkeypatch.setattr(mavjet.sim.fleet, "TICK_CHUNK", 2)
     passes = 0
     seen: list[tuple[int, int]] = []  # (vehicle sysid, passes of the other task when it was stepped)
     real_tick = SimVehicle.tick
@@ -52,19 +52,19 @@ async def test_a_tick_of_many_vehicles_lets_other_work_run_between_chunks(monkey
 
 
 def test_chunks_are_spread_over_the_tick_unless_in_step() -> None:
-    firsts = list(range(0, 1000, sim.fleet.TICK_CHUNK))
-    spread = sim.fleet.chunk_slots(1000, 0.05, in_step=False)
+    firsts = list(range(0, 1000, mavjet.sim.fleet.TICK_CHUNK))
+    spread = mavjet.sim.fleet.chunk_slots(1000, 0.05, in_step=False)
     assert [f for f, _ in spread] == firsts
     offsets = [o for _, o in spread]
     assert offsets[0] == 0.0 and offsets == sorted(offsets) and offsets[-1] < 0.05
     assert offsets[1] == pytest.approx(0.05 / len(firsts))
-    assert sim.fleet.chunk_slots(1000, 0.05, in_step=True) == [(f, 0.0) for f in firsts]
-    assert sim.fleet.chunk_slots(1, 0.05, in_step=False) == [(0, 0.0)]
+    assert mavjet.sim.fleet.chunk_slots(1000, 0.05, in_step=True) == [(f, 0.0) for f in firsts]
+    assert mavjet.sim.fleet.chunk_slots(1, 0.05, in_step=False) == [(0, 0.0)]
 
 
 async def test_out_of_step_vehicles_of_later_chunks_are_stepped_later_in_the_tick(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sim.fleet, "TICK_CHUNK", 2)
+    monkeypatch.setattr(mavjet.sim.fleet, "TICK_CHUNK", 2)
     walls: dict[int, list[float]] = {}
     real_tick = SimVehicle.tick
 
@@ -93,36 +93,36 @@ async def test_out_of_step_vehicles_of_later_chunks_are_stepped_later_in_the_tic
 def test_in_step_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch, env: str | None,
                                                   argv: list[str], in_step: bool) -> None:
     if env is None:
-        monkeypatch.delenv(sim.stepmode.IN_STEP_ENV, raising=False)
+        monkeypatch.delenv(mavjet.sim.stepmode.IN_STEP_ENV, raising=False)
     else:
-        monkeypatch.setenv(sim.stepmode.IN_STEP_ENV, env)
-    args = sim.cli.build_parser().parse_args(argv)
-    assert sim.cli.config_from_args(args).in_step is in_step
+        monkeypatch.setenv(mavjet.sim.stepmode.IN_STEP_ENV, env)
+    args = mavjet.sim.cli.build_parser().parse_args(argv)
+    assert mavjet.sim.cli.config_from_args(args).in_step is in_step
 
 
 def test_heartbeat_phases_spread_a_fleet_over_the_second_unless_in_step() -> None:
-    phases = [sim.fleet.heartbeat_phase_s(i, in_step=False) for i in range(1000)]
+    phases = [mavjet.sim.fleet.heartbeat_phase_s(i, in_step=False) for i in range(1000)]
     assert phases[0] == 0.0 and all(0.0 <= p < 1.0 for p in phases)
     # Any first k vehicles are spread evenly: every tenth of the second has its share, for 10 as for 1,000.
     for k in (10, 100, 1000):
         tenths = [sum(1 for p in phases[:k] if t / 10 <= p < (t + 1) / 10) for t in range(10)]
         assert min(tenths) >= k // 10 - 1 and max(tenths) <= k // 10 + 1, (k, tenths)
-    assert {sim.fleet.heartbeat_phase_s(i, in_step=True) for i in range(1000)} == {0.0}
+    assert {mavjet.sim.fleet.heartbeat_phase_s(i, in_step=True) for i in range(1000)} == {0.0}
 
 
-@interpreted_only("sim.telemetry")  # patches telemetry.emit, which compiled code calls directly
+@interpreted_only("mavjet.sim.telemetry")  # patches telemetry.emit, which compiled code calls directly
 async def test_out_of_step_vehicles_heartbeat_at_their_own_instants_of_the_second(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each vehicle's first HEARTBEAT comes at its phase, and the next ones a period apart from it."""
     sent: dict[int, list[float]] = {}
-    real_emit = sim.telemetry.emit
+    real_emit = mavjet.sim.telemetry.emit
 
     def emit(v: VehicleModel, msg_id: int) -> None:
-        if msg_id == sim.streams.HEARTBEAT:
+        if msg_id == mavjet.sim.streams.HEARTBEAT:
             sent.setdefault(v.sysid, []).append(v.now)
         real_emit(v, msg_id)
 
-    monkeypatch.setattr(sim.telemetry, "emit", emit)
+    monkeypatch.setattr(mavjet.sim.telemetry, "emit", emit)
     async with SimFleet(SimConfig(vehicles=4, base_port=0, speedup=1.0, tick_s=0.02)):
         for _ in range(200):  # bounded: until every vehicle sent two heartbeats
             if len(sent) == 4 and all(len(t) >= 2 for t in sent.values()):
@@ -130,7 +130,7 @@ async def test_out_of_step_vehicles_heartbeat_at_their_own_instants_of_the_secon
             await asyncio.sleep(0.02)
     assert len(sent) == 4
     for i, sysid in enumerate(sorted(sent)):
-        phase = sim.fleet.heartbeat_phase_s(i, in_step=False)
+        phase = mavjet.sim.fleet.heartbeat_phase_s(i, in_step=False)
         first, second = sent[sysid][:2]
         assert second - first == pytest.approx(1.0, abs=0.03)
         # Sent in the tick at or just after the vehicle's slot in the second (a 20-ms tick, a busy machine).

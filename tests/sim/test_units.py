@@ -7,10 +7,10 @@ import math
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-from gateway.contract.errors import ConfigError
-from sim import encoder, geo, params, streams
-from sim.fleet import SimConfig
-from sim.modes import ARDUPILOT, PX4
+from mavjet.contract.errors import ConfigError
+from mavjet.sim import encoder, geo, params, streams
+from mavjet.sim.fleet import SimConfig
+from mavjet.sim.modes import ARDUPILOT, PX4
 
 PACKERS = [
     (encoder.HEARTBEAT, M.MAVLink_heartbeat_message, (2, 3, 217, 4, 4, 3)),

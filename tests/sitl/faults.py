@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from gateway.contract.subjects import BLOBS_BUCKET
+from mavjet.contract.subjects import BLOBS_BUCKET
+from mavjet.drivers.mavlink.dialect import mavlink2
 from tests.sitl.peers import Site
 from tests.sitl.proxy import LinkCutter
 from tests.sitl.scenarios import QGC_PLAN, gateway_on, standby, until

@@ -22,7 +22,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
-from sim.fleet import SimConfig, SimFleet
+from mavjet.sim.fleet import SimConfig, SimFleet
 
 # The SITL kit lives beside the repository, never inside it.
 RUN_COPTER = Path(__file__).parents[2].parent / "shared" / "sitl" / "run-copter"

@@ -20,17 +20,17 @@ from typing import Any
 import anyio
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.plan import parse_plan
-from gateway.commands.consumer import CommandService
-from gateway.commands.logs import LogDownloadConfig, LogDownloadService
-from gateway.contract.subjects import BLOBS_BUCKET
-from gateway.daemon import Gateway
-from gateway.logstore import fetch_log
-from gateway.ops.client import CommandClient, Result
-from gateway.ops.sortie import distance_m, offset_deg
-from gateway.shadow.config import ShadowConfig
-from gateway.shadow.service import ShadowService
+from mavjet.contract.subjects import BLOBS_BUCKET
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.plan import parse_plan
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.commands.logs import LogDownloadConfig, LogDownloadService
+from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.shadow.service import ShadowService
+from mavjet.gateway.stores.logstore import fetch_log
+from mavjet.ops.client import CommandClient, Result
+from mavjet.ops.sortie import distance_m, offset_deg
 from tests.support.commands import TEST_COMMANDS
 from tests.support.gateway import ENV, collect_events, gateway_config, running
 from tests.support.wait import wait_for

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from drivers.mavlink.fence import geofence_from_dict
-from drivers.mavlink.plan import parse_plan
-from gateway.contract.subjects import BLOBS_BUCKET, SHADOW_BUCKET, shadow_key
+from mavjet.contract.subjects import BLOBS_BUCKET, SHADOW_BUCKET, shadow_key
+from mavjet.drivers.mavlink.fence import geofence_from_dict
+from mavjet.drivers.mavlink.plan import parse_plan
 from tests.sitl.scenarios import QGC_PLAN, Rig, standby
 from tests.support.gateway import ENV
 from tests.support.wait import wait_for_async

@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from drivers.mavlink.dialect import mavlink2 as m
-from gateway.ops import sign
+from mavjet.drivers.mavlink.dialect import mavlink2 as m
+from mavjet.ops import sign
 from tests.sitl.peers import Site
 from tests.sitl.scenarios import gateway_on, set_mode_when_possible, standby
 from tests.support.sim import MavClient

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
+from mavjet.ops.natsserver import NatsServer
 from tests.ops.test_tunnel_mavproxy import MAVPROXY, mavproxy_changes_mode_through_the_tunnel
 from tests.sitl import faults, scenarios, shadow, signing
 from tests.sitl.peers import Peer

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from drivers.mavlink.mission import MISSION
-from gateway.ops.natsserver import NatsServer
-from sim.fleet import SimConfig, SimFleet
+from mavjet.drivers.mavlink.mission import MISSION
+from mavjet.ops.natsserver import NatsServer
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.sitl import scenarios
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
-from gateway.ops.natsserver import NatsServer
+from mavjet.ops.natsserver import NatsServer
 from tests.support.wait import WaitTimeout, wait_for_async
 
 CLUSTER_READY_S = 45.0

@@ -12,14 +12,14 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerInfo
 
-from gateway.commands.consumer import CommandService
-from gateway.config import CommandsConfig
-from gateway.contract import envelope
-from gateway.contract.subjects import event_filter
-from gateway.daemon import Gateway
-from gateway.ops.client import CommandClient, Result
-from sim.fleet import SimConfig, SimFleet
-from sim.vehicle import SimVehicle
+from mavjet.contract import envelope
+from mavjet.contract.subjects import event_filter
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.config import CommandsConfig
+from mavjet.gateway.daemon import Gateway
+from mavjet.ops.client import CommandClient, Result
+from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.vehicle import SimVehicle
 from tests.support.gateway import ENV, collect_events, gateway_config, running
 from tests.support.wait import WaitTimeout, wait_for, wait_for_async
 

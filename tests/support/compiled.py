@@ -1,4 +1,4 @@
-"""Tests around the compiled hot path (gateway/ops/compile.py).
+"""Tests around the compiled hot path (ops/compile.py).
 
 `interpreted_only(module)`: a test that patches a module mypyc may have compiled.
 

@@ -11,12 +11,12 @@ import anyio
 from nats.aio.client import Client
 from nats.js import api as jsapi
 
-from drivers.mavlink.link import LinkConfig
-from drivers.mavlink.transport import Endpoint
-from gateway.config import GatewayConfig, VehicleConfig
-from gateway.contract.envelope import unpack
-from gateway.contract.natsconn import NatsOptions
-from gateway.daemon import Gateway
+from mavjet.contract.envelope import unpack
+from mavjet.contract.natsconn import NatsOptions
+from mavjet.drivers.mavlink.link import LinkConfig
+from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.daemon import Gateway
 
 ENV = "test"
 

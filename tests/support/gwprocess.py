@@ -10,7 +10,7 @@ from pathlib import Path
 
 from nats.js import JetStreamContext
 
-from gateway.contract.subjects import STATE_STREAM, state_filter
+from mavjet.contract.subjects import STATE_STREAM, state_filter
 from tests.support.wait import wait_for_async
 
 
@@ -20,7 +20,7 @@ async def gateway_process(*, vid: str, endpoint: str, url: str, env: str, creds:
     """`mavjet gateway` serving `vid` at `endpoint` with `creds`, its JSON log in `log`; terminated on exit."""
     with log.open("wb") as out:
         proc = subprocess.Popen(  # noqa: ASYNC220 - a child process for the whole test
-            [sys.executable, "-m", "gateway", "gateway", "--vehicle", f"{vid}={endpoint}",
+            [sys.executable, "-m", "mavjet.ops", "gateway", "--vehicle", f"{vid}={endpoint}",
              "--nats", url, "--env", env, "--creds", creds,
              "--state-dir", str(state_dir), "--instance", instance, "--log-json"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -15,7 +15,7 @@ from typing import Any
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from sim.fleet import SimConfig, SimFleet
+from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support.wait import wait_for
 
 M = mavlink2

@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from gateway.blobs import Progress
-from gateway.contract.natsconn import open_client
+from mavjet.contract.natsconn import open_client
+from mavjet.gateway.stores.blobs import Progress
 
 CHUNK = 4096
 

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from drivers.mavlink.command import mav_result_name
-from drivers.mavlink.session import Session
-from gateway.contract.errors import CommandRejected, CommandTimeout
-from gateway.shadow.book import RetryBook
-from gateway.shadow.diff import LiveConfig
-from gateway.shadow.document import Desired
+from mavjet.contract.errors import CommandRejected, CommandTimeout
+from mavjet.drivers.mavlink.command import mav_result_name
+from mavjet.drivers.mavlink.session import Session
+from mavjet.gateway.shadow.book import RetryBook
+from mavjet.gateway.shadow.diff import LiveConfig
+from mavjet.gateway.shadow.document import Desired
 
 log = structlog.get_logger("mavjet.shadow")
 

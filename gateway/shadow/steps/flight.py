@@ -15,12 +15,18 @@ from typing import Any
 
 import anyio
 
-from drivers.mavlink.modes import RECOVERY_MODES
-from gateway.contract.errors import CommandRejected, CommandTimeout
-from gateway.shadow.config import ShadowConfig
-from gateway.shadow.diff import FlightRecord, FlightResult, VehicleView, flight_due, flight_hold
-from gateway.shadow.document import Desired, check_mode
-from gateway.shadow.steps.base import Finding, StepContext, Verdict, command_reason
+from mavjet.contract.errors import CommandRejected, CommandTimeout
+from mavjet.drivers.mavlink.modes import RECOVERY_MODES
+from mavjet.gateway.shadow.config import ShadowConfig
+from mavjet.gateway.shadow.diff import (
+    FlightRecord,
+    FlightResult,
+    VehicleView,
+    flight_due,
+    flight_hold,
+)
+from mavjet.gateway.shadow.document import Desired, check_mode
+from mavjet.gateway.shadow.steps.base import Finding, StepContext, Verdict, command_reason
 
 OWN_MODE_WINDOW_S = 10.0  # a mode change this soon after we asked for that mode is ours
 TEXT_WINDOW_S = 3.0  # a STATUSTEXT this recent explains a rejection (PreArm: ...)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivers.mavlink.dialect import mavlink2
-from drivers.mavlink.mission import FENCE
-from drivers.mavlink.params import values_equal
-from drivers.mavlink.plan import digest
-from gateway.contract.errors import LinkError, MavjetError
-from gateway.shadow.diff import LiveConfig
-from gateway.shadow.document import Desired
-from gateway.shadow.fence import fence_to_json
-from gateway.shadow.steps.base import Finding, StepContext, Verdict, fmt_number
-from gateway.shadow.steps.params import known_param
+from mavjet.contract.errors import LinkError, MavjetError
+from mavjet.drivers.mavlink.dialect import mavlink2
+from mavjet.drivers.mavlink.mission import FENCE
+from mavjet.drivers.mavlink.params import values_equal
+from mavjet.drivers.mavlink.plan import digest
+from mavjet.gateway.shadow.diff import LiveConfig
+from mavjet.gateway.shadow.document import Desired
+from mavjet.gateway.shadow.fence import fence_to_json
+from mavjet.gateway.shadow.steps.base import Finding, StepContext, Verdict, fmt_number
+from mavjet.gateway.shadow.steps.params import known_param
 
 _REPORTED_PARAMS = ("FENCE_ENABLE", "FENCE_TYPE", "FENCE_ACTION", "FENCE_ALT_MAX")
 

@@ -1,22 +1,22 @@
 """`mission`: the vehicle's mission compared by digest; the plan fetched from TWIN_BLOBS, uploaded, verified.
 
 A plan with terrain-frame items is uploaded only when the vehicle reports
-terrain data for each (drivers.mavlink.terrain), else the field fails naming the item.
+terrain data for each (mavjet.drivers.mavlink.terrain), else the field fails naming the item.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from drivers.mavlink.mission import MISSION
-from drivers.mavlink.plan import Plan, PlanError, digest
-from drivers.mavlink.terrain import terrain_points, terrain_refusals
-from gateway.blobs import BlobError, BlobFailure
-from gateway.contract.errors import LinkError, MavjetError
-from gateway.contract.subjects import BLOBS_BUCKET
-from gateway.shadow.diff import LiveConfig
-from gateway.shadow.document import Desired, MissionSpec
-from gateway.shadow.steps.base import Finding, StepContext, Verdict
+from mavjet.contract.errors import LinkError, MavjetError
+from mavjet.contract.subjects import BLOBS_BUCKET
+from mavjet.drivers.mavlink.mission import MISSION
+from mavjet.drivers.mavlink.plan import Plan, PlanError, digest
+from mavjet.drivers.mavlink.terrain import terrain_points, terrain_refusals
+from mavjet.gateway.shadow.diff import LiveConfig
+from mavjet.gateway.shadow.document import Desired, MissionSpec
+from mavjet.gateway.shadow.steps.base import Finding, StepContext, Verdict
+from mavjet.gateway.stores.blobs import BlobError, BlobFailure
 
 PlanSource = Callable[[str], Awaitable[Plan]]  # object name -> plan; raises BlobError or PlanError
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from drivers.mavlink.params import ParamMismatch, ParamTimeout, values_equal
-from gateway.shadow.diff import LiveConfig
-from gateway.shadow.document import Desired, check_param
-from gateway.shadow.steps.base import Finding, StepContext, Verdict, fmt_number
+from mavjet.drivers.mavlink.params import ParamMismatch, ParamTimeout, values_equal
+from mavjet.gateway.shadow.diff import LiveConfig
+from mavjet.gateway.shadow.document import Desired, check_param
+from mavjet.gateway.shadow.steps.base import Finding, StepContext, Verdict, fmt_number
 
 
 def observe_param(path: str, name: str, want: float, got: tuple[float, int] | None) -> Finding:

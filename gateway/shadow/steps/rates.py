@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.contract.errors import CommandRejected, CommandTimeout
-from gateway.shadow.diff import LiveConfig
-from gateway.shadow.document import Desired
-from gateway.shadow.fence import rate_matches, rate_message
-from gateway.shadow.steps.base import Finding, StepContext, Verdict, command_reason
+from mavjet.contract.errors import CommandRejected, CommandTimeout
+from mavjet.gateway.shadow.diff import LiveConfig
+from mavjet.gateway.shadow.document import Desired
+from mavjet.gateway.shadow.fence import rate_matches, rate_message
+from mavjet.gateway.shadow.steps.base import Finding, StepContext, Verdict, command_reason
 
 
 def observe_rate(path: str, channel: str, hz: float, live: LiveConfig) -> Finding:

@@ -1,0 +1,286 @@
+"""Connection options shared by the daemon and every operator subcommand.
+
+`--nats URL[,URL...]`, `--creds FILE`, `--tls-ca/--tls-cert/--tls-key`.
+Defaults come from MAVJET_NATS, read here in the CLI layer only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+from nats.aio.client import PING_PROTO, Client
+
+from mavjet.contract.errors import ConfigError, MavjetError
+from mavjet.contract.redact import redact
+
+DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+class NatsUnavailable(MavjetError):
+    """The NATS servers could not be reached."""
+
+    def __init__(self, servers: tuple[str, ...], reason: str) -> None:
+        # Redacted here, at the boundary: the message ends up in logs and on stderr.
+        super().__init__(redact(f"cannot reach NATS at {', '.join(servers)}: {reason}"))
+        self.servers = servers
+        self.reason = redact(reason)
+
+
+# The URL schemes nats-py connects with.
+URL_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_url(url: str) -> None:
+    """Raise ConfigError unless `url` is a server URL nats-py can dial (scheme, host, numeric port)."""
+    shown = redact(url)
+    if "://" not in url:
+        raise ConfigError("nats.servers", f"{shown!r} is not a URL like nats://host:4222")
+    parts = urlsplit(url)
+    if parts.scheme not in URL_SCHEMES:
+        raise ConfigError("nats.servers", f"{shown!r}: scheme must be one of {', '.join(URL_SCHEMES)}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError("nats.servers", f"{shown!r}: the port is not a number in 0..65535") from None
+    if not parts.hostname or port == 0 or parts.path not in ("", "/"):
+        raise ConfigError("nats.servers", f"{shown!r} is not a URL like nats://host:4222")
+
+
+# OpenSSL's verify codes (X509_V_ERR_*) in the words an operator fixes them by.
+_VERIFY_HINTS = {
+    10: "expired: renew the server certificate",
+    9: "not yet valid: check the clocks",
+    18: "self-signed server certificate: pass it (or its CA) with --tls-ca",
+    19: "self-signed CA in the chain that --tls-ca does not hold",
+    20: "unknown CA: the server certificate is not signed by a CA in --tls-ca",
+    21: "unknown CA: the server sent no chain to a CA in --tls-ca",
+    62: "hostname mismatch: the URL's host is not in the certificate",
+    64: "hostname mismatch: the URL's IP address is not in the certificate",
+}
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a connect failure; a TLS failure says which certificate check failed."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        hint = _VERIFY_HINTS.get(exc.verify_code)
+        suffix = f" ({hint})" if hint else ""
+        return f"TLS certificate verify failed: {exc.verify_message or exc.reason}{suffix}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed: {exc.reason or exc}"
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NatsOptions:
+    servers: tuple[str, ...] = (DEFAULT_NATS,)
+    creds_file: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    connect_timeout_s: float = 2.0
+    name: str = "mavjet"
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ConfigError("nats.servers", "at least one server URL is required")
+        for s in self.servers:
+            check_url(s)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("nats.tls", "tls_cert and tls_key go together")
+
+    def check_files(self) -> None:
+        """Raise ConfigError naming the key if a creds or TLS file is missing, unreadable or not PEM.
+
+        Called before anything starts (a missing file is not worth retrying);
+        construction does no I/O so that a config can be built and inspected anywhere.
+        """
+        for key, path in (("creds", self.creds_file), ("tls_ca", self.tls_ca),
+                          ("tls_cert", self.tls_cert), ("tls_key", self.tls_key)):
+            if path is None:
+                continue
+            try:
+                with Path(path).open("rb") as f:
+                    f.read(1)
+            except OSError as exc:
+                raise ConfigError(f"nats.{key}", f"{path}: {exc.strerror or exc}") from None
+        try:
+            self.tls_context()
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError("nats.tls", f"cannot load the TLS files: {exc}") from None
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        if not (self.tls_ca or self.tls_cert):
+            return None
+        ctx = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_cert and self.tls_key:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        return ctx
+
+
+def add_nats_arguments(p: argparse.ArgumentParser, *, env_defaults: bool = True) -> None:
+    """The connection flags. `env_defaults=False` leaves `--nats`/`--env` None when not given.
+
+    A command with a config file (the daemon) resolves flag > environment >
+    file > default itself (`mavjet.gateway.config.resolve_config`), so it must be able
+    to tell "not given" from "given the default".
+    """
+    g = p.add_argument_group("NATS connection")
+    g.add_argument(
+        "--nats",
+        default=os.environ.get("MAVJET_NATS", DEFAULT_NATS) if env_defaults else None,
+        help=f"server URL, or a comma-separated list for a cluster (default: $MAVJET_NATS or {DEFAULT_NATS})",
+    )
+    g.add_argument("--env", default=os.environ.get("MAVJET_ENV", "prod") if env_defaults else None,
+                   help="fleet environment (default: $MAVJET_ENV or prod)")
+    g.add_argument("--creds", help="NATS credentials file (JWT + nkey seed)")
+    g.add_argument("--tls-ca", help="CA bundle to verify the servers")
+    g.add_argument("--tls-cert", help="client certificate (with --tls-key)")
+    g.add_argument("--tls-key", help="client key (with --tls-cert)")
+
+
+def options_from_args(args: argparse.Namespace, *, name: str = "mavjet") -> NatsOptions:
+    servers = tuple(s.strip() for s in str(args.nats).split(",") if s.strip())
+    return NatsOptions(
+        servers=servers,
+        creds_file=args.creds,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        name=name,
+    )
+
+
+def inbox_prefix_for_name(name: str) -> str:
+    """The reply-inbox prefix of a `mavjet auth` identity (its permissions allow `<prefix>.>` only)."""
+    return f"_INBOX_{name}"
+
+
+def creds_inbox_prefix(creds_file: str) -> str | None:
+    """The inbox prefix for the identity in a creds file: `_INBOX_<name>` from its JWT's `name`.
+
+    Read without verifying (the server verifies). None when the file is not
+    readable or not a mavjet identity, so nats-py's default `_INBOX` stays.
+    """
+    try:
+        lines = Path(creds_file).read_text().splitlines()
+        token = lines[lines.index("-----BEGIN NATS USER JWT-----") + 1].strip()
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        name = str(claims.get("name", ""))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        return None
+    return inbox_prefix_for_name(name)
+
+
+class OrderedFlushClient(Client):
+    """nats-py's Client whose PING (`flush()`, keep-alive) queues behind the commands already buffered.
+
+    nats-py 2.16 writes PING straight to the socket while SUB and PUB wait in
+    its write buffer for the flusher task, so the PONG that ends `flush()`
+    can come back before the server has seen a SUB made just before it. A
+    subscriber on one connection that flushes and then lets another
+    connection publish would miss those messages (tests caught it: 0 of 23
+    states seen, while the stream had acked them). nats.py2 fixed the same
+    bug in 2017 by sending the PING through the flusher; this does the same.
+    `tests/gateway/test_natsconn_flush.py` checks the order and that the
+    private names this relies on are still there.
+    """
+
+    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+        self._pongs.append(future)
+        self._pending.append(PING_PROTO)
+        self._pending_data_size += len(PING_PROTO)
+        await self._flush_pending()
+
+
+async def open_client(servers: str | list[str] = DEFAULT_NATS, **kwargs: Any) -> Client:
+    """`nats.connect(servers, **kwargs)` with an OrderedFlushClient: every mavjet connection is made here."""
+    nc = OrderedFlushClient()
+    await nc.connect(servers, **kwargs)
+    return nc
+
+
+def connect_kwargs(opts: NatsOptions, **extra: Any) -> dict[str, Any]:
+    """The arguments of `nats.connect` for `opts`: the one place they are spelled out.
+
+    `extra` adds or overrides nats-py options (reconnect policy, callbacks, name).
+    """
+    kwargs: dict[str, Any] = {
+        "servers": list(opts.servers),
+        "name": opts.name,
+        "connect_timeout": opts.connect_timeout_s,
+    }
+    if opts.creds_file:
+        kwargs["user_credentials"] = opts.creds_file
+        prefix = creds_inbox_prefix(opts.creds_file)
+        if prefix is not None:
+            kwargs["inbox_prefix"] = prefix
+    tls = opts.tls_context()
+    if tls is not None:
+        kwargs["tls"] = tls
+    kwargs.update(extra)
+    return kwargs
+
+
+def connect_deadline_s(opts: NatsOptions) -> float:
+    """How long one connect may take.
+
+    nats-py keeps cycling through the server list even with reconnects off,
+    so the deadline is ours: one connect timeout per server, plus slack.
+    """
+    return opts.connect_timeout_s * (len(opts.servers) + 1) + 1.0
+
+
+async def connect(opts: NatsOptions, *, deadline_s: float | None = None, **extra: Any) -> Client:
+    """One connect attempt, bounded by `deadline_s` (default `connect_deadline_s`); raises NatsUnavailable."""
+    deadline = connect_deadline_s(opts) if deadline_s is None else deadline_s
+    opts.check_files()
+    # nats-py retries a failed TLS handshake until our deadline and then all we see is the
+    # timeout: remember the last error it reported so the message says what actually failed.
+    last: list[Exception] = []
+    user_cb: Callable[[Exception], Awaitable[None]] | None = extra.pop("error_cb", None)
+
+    async def error_cb(exc: Exception) -> None:
+        last[:] = [exc]
+        if user_cb is not None:
+            await user_cb(exc)
+
+    try:
+        with anyio.fail_after(deadline):
+            nc = await open_client(**connect_kwargs(opts, error_cb=error_cb, **extra))
+    except TimeoutError as exc:
+        why = f"; last error: {describe_error(last[0])}" if last else ""
+        raise NatsUnavailable(opts.servers, f"no server answered within {deadline:.0f}s{why}") from exc
+    except Exception as exc:  # nats-py raises a wide range here; translate at the boundary
+        raise NatsUnavailable(opts.servers, describe_error(exc)) from exc
+    return nc
+
+
+def server_name(nc: Client) -> str:
+    """`host:port` of the server `nc` is connected to, for logs: a URL's userinfo may be a token."""
+    url = nc.connected_url
+    return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
+
+
+async def _quiet(_: Exception) -> None:
+    return None
+
+
+async def connect_once(opts: NatsOptions, **extra: Any) -> Client:
+    """Connect for a short-lived operator command: fail fast with a clear error."""
+    return await connect(opts, **{"allow_reconnect": False, "max_reconnect_attempts": 0, "error_cb": _quiet, **extra})

@@ -1,1 +1,0 @@
-"""Operator subcommands that talk to a running twin over NATS."""

@@ -1,0 +1,1 @@
+"""How the process runs: workers, the state dir's layout, systemd notify, logging, metrics."""

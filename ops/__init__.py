@@ -1,0 +1,1 @@
+"""The operator CLI: `mavjet <command>` (the top layer). `python -m mavjet.ops` runs the dispatcher."""

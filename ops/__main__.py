@@ -1,0 +1,5 @@
+import sys
+
+from mavjet.ops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,276 @@
+"""`mavjet fleet`: a live table of every vehicle's twin, plus the event feed.
+
+It is a pure JetStream client: state through an ordered consumer that starts
+with DeliverLastPerSubject (the fleet's current state) and then follows new
+samples, events through a second one. Rendering is a pure function of the
+collected records so it is tested without a terminal.
+
+A row is `stale` (never `up` or `ARMED`) when its newest vehicle sample is
+older than `--stale-after` or its gateway stopped publishing its liveness
+record (`mavjet.ops.read.staleness`). `--once` prints the current table and
+exits.
+
+The live view fits its terminal (80x24 is the smallest it plans for): the
+position column goes first when the width is short, long cells and event
+lines are cut to the width, and when the rows do not fit the height the table
+keeps as many as fit and says how many more there are. `--vid` filters by glob.
+The event feed shows what an operator acts on: every event but successful
+command results (the `cmd_result` of a failed, rejected or expired command
+stays); `--all-events` shows everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import fnmatch
+import json
+import shutil
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api as jsapi
+
+from mavjet.contract import natsconn
+from mavjet.contract.errors import ConfigError
+from mavjet.contract.subjects import event_filter, state_filter
+from mavjet.contract.units import parse_duration_s
+from mavjet.ops.console import live_screen, live_text
+from mavjet.ops.read import (
+    STALE_AFTER_S,
+    Record,
+    current_state,
+    events_since,
+    format_event,
+    staleness,
+    to_record,
+)
+from mavjet.ops.runner import run_cli
+
+# A command that ended well is the operator's own doing, not news; anything else is.
+QUIET_RESULTS = frozenset({"accepted"})
+
+
+def operator_cares(r: Record) -> bool:
+    return not (r.kind == "cmd_result" and r.data.get("result") in QUIET_RESULTS)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+@dataclass(slots=True)
+class FleetView:
+    state: dict[tuple[str, str], Record] = field(default_factory=dict)
+    events: deque[Record] = field(default_factory=lambda: deque(maxlen=12))
+    stale_after_s: float = STALE_AFTER_S
+    vid_glob: str = "*"
+    all_events: bool = False
+
+    def on_state(self, r: Record) -> None:
+        if fnmatch.fnmatchcase(r.vid, self.vid_glob):
+            self.state[(r.vid, r.kind)] = r
+
+    def on_event(self, r: Record) -> None:
+        if fnmatch.fnmatchcase(r.vid, self.vid_glob) and (self.all_events or operator_cares(r)):
+            self.events.append(r)
+
+    def vehicles(self) -> list[str]:
+        return sorted({vid for vid, _ in self.state})
+
+    def rows(self, now: dt.datetime) -> list[list[str]]:
+        rows = []
+        for vid in self.vehicles():
+            st = self.state.get((vid, "status"))
+            pos = self.state.get((vid, "position"))
+            bat = self.state.get((vid, "battery"))
+            link = self.state.get((vid, "link"))
+            fresh = staleness({ch: r for (v, ch), r in self.state.items() if v == vid}, now, self.stale_after_s)
+            s = st.data if st else {}
+            p = pos.data if pos else {}
+            flags = " FAILSAFE" if s.get("failsafe") else ""
+            if fresh.stale:
+                # The last known values are history, not the vehicle's state.
+                armed, link_col = "stale", f"stale: {fresh.reason}"
+            else:
+                armed = "ARMED" if s.get("armed") else "disarmed" if s else "?"
+                link_col = str(link.data.get("state", "?")) if link else "?"
+            rows.append([
+                vid,
+                str(s.get("mode") or "?") + flags,
+                armed,
+                f"{p['lat_deg']:.5f},{p['lon_deg']:.5f}" if p.get("lat_deg") is not None else "-",
+                f"{p['alt_m']:.1f}" if p.get("alt_m") is not None else "-",
+                f"{p.get('groundspeed_m_s', 0.0):.1f}" if p else "-",
+                f"{bat.data['remaining_pct']:.0f}%" if bat and bat.data.get("remaining_pct") is not None else "-",
+                link_col,
+                "-" if fresh.age_s is None else f"{fresh.age_s:.1f}s",
+            ])
+        return rows
+
+    def to_json(self, now: dt.datetime) -> dict[str, object]:
+        """What `--once --json` prints: a row per vehicle with its staleness, and the feed."""
+        vehicles = []
+        for vid in self.vehicles():
+            chans = {ch: r for (v, ch), r in self.state.items() if v == vid}
+            fresh = staleness(chans, now, self.stale_after_s)
+            status = chans["status"].data if "status" in chans else {}
+            vehicles.append({
+                "vid": vid, "stale": fresh.stale, "stale_reason": fresh.reason,
+                "age_s": None if fresh.age_s is None else round(fresh.age_s, 3),
+                # A stale row's last values are history: they are given, but under `last`.
+                **({"last": {ch: r.data for ch, r in chans.items()}} if fresh.stale else
+                   {"mode": status.get("mode"), "armed": status.get("armed"),
+                    "state": {ch: r.data for ch, r in chans.items()}}),
+            })
+        events = [{"time": e.time.isoformat(), "vid": e.vid, "type": e.kind, "data": e.data} for e in self.events]
+        return {"time": now.isoformat(), "vehicles": vehicles, "events": events}
+
+    def render(self, now: dt.datetime, title: str = "", *, width: int | None = None, height: int | None = None) -> str:
+        """The table and the feed; with `width`/`height` (a terminal's), cut to fit them."""
+        head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "AGE"]
+        rows = self.rows(now)
+        if width is not None and width < 100:
+            # The position is the first to go: the other columns are what a glance needs.
+            head = head[:3] + head[4:]
+            rows = [r[:3] + r[4:] for r in rows]
+        if width is not None:
+            rows = [[_cut(c, 14) for c in r] for r in rows]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+        lines = [title] if title else []
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
+        table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        table = table or ["(no vehicles yet)"]  # a line like any row: the height below counts it
+        feed = [format_event(e) for e in self.events] or ["(none yet)"]
+        if height is not None:
+            # Title, header, blank, EVENTS heading and at least 3 feed lines are kept.
+            room = max(1, height - len(lines) - 2 - min(len(feed), 3))
+            if len(table) > room:
+                hidden = len(table) - (room - 1)
+                table = [*table[: room - 1], f"… {hidden} more (--vid GLOB to filter)"]
+            feed = feed[-max(1, height - len(lines) - len(table) - 2):]
+        lines += table
+        lines.append("")
+        lines.append("EVENTS")
+        lines += feed
+        if width is not None:
+            lines = [_cut(line, width) for line in lines]
+        return "\n".join(lines)
+
+
+async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 12) -> list[object]:
+    """Start the two subscriptions feeding `view`; returns them for unsubscribe."""
+    js = nc.jetstream()
+
+    async def on_state(msg: Msg) -> None:
+        r = to_record(msg)
+        if r is not None:
+            view.on_state(r)
+
+    async def on_event(msg: Msg) -> None:
+        r = to_record(msg)
+        if r is not None:
+            view.on_event(r)
+
+    subs: list[object] = []
+    scfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.LAST_PER_SUBJECT)
+    subs.append(await js.subscribe(state_filter(env), cb=on_state, ordered_consumer=True, config=scfg))
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    ecfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.BY_START_TIME, opt_start_time=since)
+    subs.append(await js.subscribe(event_filter(env), cb=on_event, ordered_consumer=True, config=ecfg))
+    return subs
+
+
+async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*",
+                   all_events: bool = False) -> FleetView:
+    """The fleet's current state and last events, read once (bounded; no subscription left behind)."""
+    js = nc.jetstream()
+    view = FleetView(stale_after_s=stale_after_s, vid_glob=vid_glob, all_events=all_events)
+    for r in (await current_state(js, env)).values():
+        view.on_state(r)
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    for e in await events_since(js, env, since=since, last=view.events.maxlen):
+        view.on_event(e)
+    return view
+
+
+async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | None, clear: bool,
+               stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*", all_events: bool = False) -> FleetView:
+    view = FleetView(stale_after_s=stale_after_s, vid_glob=vid_glob, all_events=all_events)
+    subs = await follow(nc, env, view)
+    loop = asyncio.get_running_loop()
+    end = None if duration_s is None else loop.time() + duration_s
+    # On a terminal, rich's Live redraws in the alternate screen (restored on exit, no flicker);
+    # the frame is still render()'s text, cut to the terminal, so it fits 80x24 as tested.
+    screen = live_screen() if clear else contextlib.nullcontext()
+    try:
+        with screen as live:
+            while True:
+                await asyncio.sleep(refresh_s)
+                now = dt.datetime.now(dt.UTC)
+                size = shutil.get_terminal_size((80, 24))
+                fit = {"width": size.columns, "height": size.lines - 1} if clear else {}
+                text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)", **fit)
+                if live is not None:
+                    live.update(live_text(text), refresh=True)
+                else:
+                    sys.stdout.write(text + "\n\n")
+                    sys.stdout.flush()
+                if end is not None and loop.time() >= end:
+                    break
+        if clear:  # --duration ran out: the last frame stays on the restored screen
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        return view
+    finally:
+        for s in subs:
+            await s.unsubscribe()  # type: ignore[attr-defined]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mavjet fleet", description="Live table of every vehicle's twin and the event feed.")
+    p.add_argument("--refresh", default="1s", help="redraw interval (default: %(default)s)")
+    p.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
+    p.add_argument("--once", action="store_true", help="print the current table once and exit (scripts, tests)")
+    p.add_argument("--json", action="store_true", help="with --once: the table and feed as JSON (for scripts)")
+    p.add_argument("--vid", default="*", metavar="GLOB", help="only vehicles whose id matches, e.g. 'VID-01*'")
+    p.add_argument("--all-events", action="store_true",
+                   help="show every event (default: all but successful command results)")
+    p.add_argument("--stale-after", default=f"{STALE_AFTER_S:g}s", type=parse_duration_s, metavar="DURATION",
+                   help="mark a vehicle stale when its newest sample is older than this (default: %(default)s)")
+    natsconn.add_nats_arguments(p)
+    return p
+
+
+async def run(args: argparse.Namespace) -> int:
+    stale_after_s: float = args.stale_after
+    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-fleet"))
+    try:
+        if args.once:
+            view = await snapshot(nc, args.env, stale_after_s=stale_after_s, vid_glob=args.vid,
+                                  all_events=args.all_events)
+            now = dt.datetime.now(dt.UTC)
+            if args.json:
+                print(json.dumps(view.to_json(now), indent=2, default=str))
+            else:
+                print(view.render(now, f"mavjet fleet — env {args.env} — {now:%H:%M:%S}Z"))
+            return 0
+        if args.json:
+            raise ConfigError("json", "--json goes with --once (the live view is for people)")
+        await show(nc, args.env, refresh_s=parse_duration_s(args.refresh),
+                   duration_s=parse_duration_s(args.duration) if args.duration else None,
+                   clear=not args.no_clear and sys.stdout.isatty(), stale_after_s=stale_after_s,
+                   vid_glob=args.vid, all_events=args.all_events)
+    finally:
+        await nc.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_cli(build_parser(), run, argv)
