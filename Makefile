@@ -44,14 +44,15 @@ demo: $(DEMO)
 demo-secure: $(DEMO)
 	$(BIN)/mavjet demo --secure
 
-# The tests marked `waits` (a two-minute uplink cut) spend minutes on the wall clock, not the
-# CPU: they run beside the rest, in a second pytest, and their output follows the rest's.
+# The tests marked `waits` spend their time waiting on the wall clock or on child processes
+# (a two-minute uplink cut, mypyc builds, JVMs; tests/conftest.py BESIDE_THE_REST), not in
+# pytest: they run beside the rest, in a second pytest, and their output follows the rest's.
 # Both must pass. A plain `pytest` runs everything in one process.
 test: $(STAMP) links
 	$(BIN)/ruff check $(LAYERS) tests
 	$(BIN)/mypy
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; trap 'kill $$bg 2>/dev/null; exit 130' INT TERM; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m waits > "$$log" 2>&1 & bg=$$!; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=5 -m waits > "$$log" 2>&1 & bg=$$!; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -m "not waits"; rc=$$?; \
 	wait $$bg; waits_rc=$$?; \
 	echo "--- the tests that wait (pytest -m waits), run beside the rest:"; cat "$$log"; \
@@ -63,7 +64,7 @@ lint: $(STAMP)
 typecheck: $(STAMP) links
 	$(BIN)/mypy
 
-# Not part of `make test`: each prints progress and figures and writes bench-*.json
+# Not part of `make test`: each prints progress and figures and writes its JSON to benchmarks/results/
 # (docs/benchmarks.md). Heavier runs (1,000 vehicles, `bench compare REF`) are in the docs.
 bench: $(STAMP)
 	$(BIN)/mavjet bench ingest --vehicles 100 --duration 10

@@ -90,10 +90,7 @@ def publish_at_exit(spark: Any, tmp: Path, final: Path) -> None:
     def finish() -> None:
         try:
             spark.stop()
-            from pyspark import SparkContext
-
-            gateway = SparkContext._gateway
-            proc = getattr(gateway, "proc", None)
+            proc = jvm_process()
             if proc is not None and proc.stdin is not None:
                 proc.stdin.close()  # the JVM exits on EOF and writes the archive as it goes
                 proc.wait(timeout=120)
@@ -108,3 +105,22 @@ def publish_at_exit(spark: Any, tmp: Path, final: Path) -> None:
                 pass
 
     atexit.register(finish)
+
+
+# pyspark keeps the JVM it started (its py4j gateway and that gateway's process) only in
+# `SparkContext._gateway`, with no public way to it: these two read it, and this module is the one
+# that may (pyproject.toml's per-file-ignores).
+
+
+def jvm_started() -> bool:
+    """Whether this process has started pyspark's JVM already (JVM options then no longer count)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
+
+
+def jvm_process() -> Any:
+    """The JVM process pyspark started (a `subprocess.Popen`), or None."""
+    from pyspark import SparkContext
+
+    return getattr(SparkContext._gateway, "proc", None)

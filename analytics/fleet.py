@@ -10,25 +10,18 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from mavjet.analytics.jobs import _seconds_between, _summary, _t, valid, with_flight
+from mavjet.contract.events import EFFECTS as CATALOGUE_EFFECTS
+from mavjet.contract.events import EventType
 
 # Command name -> (the event its effect shows up as, how long after the
-# command was sent that event still counts as its effect, in seconds).
-# A landing can take many minutes after rtl/land; a mode change or arming
-# follows within a second or two on a healthy link.
-EFFECTS: dict[str, tuple[str, float]] = {
-    "arm": ("armed", 15.0),
-    "disarm": ("disarmed", 15.0),
-    "takeoff": ("takeoff", 60.0),
-    "set_mode": ("mode_changed", 15.0),
-    "mission_start": ("mode_changed", 15.0),
-    "land": ("landed", 1800.0),
-    "rtl": ("landed", 1800.0),
-}
+# command was sent that event still counts as its effect, in seconds): the
+# catalogue's `confirms` (contract/events.py), as plain strings for Spark.
+EFFECTS: dict[str, tuple[str, float]] = {c.value: (t.value, w) for c, (t, w) in CATALOGUE_EFFECTS.items()}
 # Results after which the vehicle may have acted on the command. A rejected,
 # failed, expired or invalid command did nothing, whatever happened next.
 EFFECT_RESULTS = ("accepted", "timeout", "unknown")
 # The event types command_chains reads: commands' answers and their effects.
-COMMAND_EVENT_TYPES = ("cmd_result", *sorted({v[0] for v in EFFECTS.values()}))
+COMMAND_EVENT_TYPES = (EventType.CMD_RESULT.value, *sorted({v[0] for v in EFFECTS.values()}))
 
 
 def _map(pairs: dict[str, object]) -> Column:
@@ -52,7 +45,7 @@ def command_chains(events: DataFrame) -> DataFrame:
     kind = _map({k: v[0] for k, v in EFFECTS.items()})
     window_s = _map({k: v[1] for k, v in EFFECTS.items()})
     lat_us = F.coalesce((F.col("latency_ms") * 1000).cast("long"), F.lit(0))
-    is_cmd = _t("cmd_result")
+    is_cmd = _t(EventType.CMD_RESULT)
     name = F.coalesce("cmd_name", F.lit("?"))
     issued = F.timestamp_micros(F.unix_micros("time") - lat_us)
     # Commands and candidate effects in one frame, partitioned by vehicle and

@@ -15,12 +15,18 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from mavjet.contract.events import EventType, FlightEdge, flight_edge
+
 CMD_RESULTS = ("accepted", "rejected", "failed", "expired", "invalid", "timeout")
 EARTH_RADIUS_M = 6_371_000.0
+# A vehicle's events are split into flights at these (the catalogue's `flight`).
+FLIGHT_START = flight_edge(FlightEdge.START)
+FLIGHT_END = flight_edge(FlightEdge.END)
 
 
-def _t(name: str) -> Column:
-    return F.col("type") == F.lit(name)
+def _t(name: EventType) -> Column:
+    """Rows of event type `name` (a catalogue member: contract/events.py)."""
+    return F.col("type") == F.lit(name.value)
 
 
 def valid(events: DataFrame) -> DataFrame:
@@ -62,11 +68,11 @@ def add_flight_columns(events: DataFrame) -> DataFrame:
     """
     ok = _valid_cond()
     running = Window.partitionBy("vid").orderBy("time", "seq").rowsBetween(Window.unboundedPreceding, 0)
-    ev = events.withColumn("flight_no", F.sum(F.when(_t("armed") & ok, 1).otherwise(0)).over(running))
+    ev = events.withColumn("flight_no", F.sum(F.when(_t(FLIGHT_START) & ok, 1).otherwise(0)).over(running))
     # same window: Spark evaluates it on the same sorted rows, no second sort
     first_disarm = F.max(
         F.when(
-            _t("disarmed") & ok,
+            _t(FLIGHT_END) & ok,
             F.struct(F.col("flight_no").alias("f"), (-F.unix_micros("time")).alias("neg_us")),
         )
     ).over(running)
@@ -99,7 +105,7 @@ def _haversine_m(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Colu
 def _flight_commands(ev: DataFrame) -> DataFrame:
     """Per (vid, flight_no): the commands answered from the previous flight's
     disarm to this flight's disarm (so the arm that started it is included)."""
-    c = ev.where(_t("cmd_result")).withColumn(
+    c = ev.where(_t(EventType.CMD_RESULT)).withColumn(
         "flight_no", F.when(F.col("in_flight"), F.col("flight_no")).otherwise(F.col("flight_no") + 1)
     )
     return c.groupBy("vid", "flight_no").agg(
@@ -141,22 +147,22 @@ def flights(events: DataFrame) -> DataFrame:
     ).withColumn("_leg_s", _seconds_between(prev("time"), F.col("time")))
     ts = F.struct("time", "seq")
     agg = ev.groupBy("vid", "flight_no").agg(
-        F.min(F.when(_t("armed"), F.col("time"))).alias("start"),
-        F.max(F.when(_t("disarmed"), F.col("time"))).alias("end"),
+        F.min(F.when(_t(FLIGHT_START), F.col("time"))).alias("start"),
+        F.max(F.when(_t(FLIGHT_END), F.col("time"))).alias("end"),
         F.greatest(F.max("alt_m"), F.max("max_alt_m")).alias("max_alt_m"),
-        F.max(F.when(_t("disarmed"), F.col("distance_m"))).alias("_reported_distance_m"),
+        F.max(F.when(_t(EventType.DISARMED), F.col("distance_m"))).alias("_reported_distance_m"),
         F.sum("_leg_m").alias("_track_m"),
-        F.max(F.when(_t("disarmed"), F.col("battery_used_pct"))).alias("_reported_battery_pct"),
+        F.max(F.when(_t(EventType.DISARMED), F.col("battery_used_pct"))).alias("_reported_battery_pct"),
         F.min_by("battery_pct", F.when(F.col("battery_pct").isNotNull(), ts)).alias("_first_batt"),
         F.max_by("battery_pct", F.when(F.col("battery_pct").isNotNull(), ts)).alias("_last_batt"),
         F.array_sort(F.collect_list(F.when(F.col("mode").isNotNull(), F.struct("time", "seq", "mode")))).alias(
             "_modes"
         ),
-        F.sum(F.when(_t("failsafe"), 1).otherwise(0)).cast("int").alias("failsafes"),
-        F.array_sort(F.collect_set(F.when(_t("failsafe"), F.col("failsafe_type")))).alias("failsafe_types"),
+        F.sum(F.when(_t(EventType.FAILSAFE), 1).otherwise(0)).cast("int").alias("failsafes"),
+        F.array_sort(F.collect_set(F.when(_t(EventType.FAILSAFE), F.col("failsafe_type")))).alias("failsafe_types"),
         F.count("*").alias("events"),
-        F.min(F.when(_t("takeoff"), F.col("time"))).alias("takeoff_time"),
-        F.max(F.when(_t("landed"), F.col("time"))).alias("landing_time"),
+        F.min(F.when(_t(EventType.TAKEOFF), F.col("time"))).alias("takeoff_time"),
+        F.max(F.when(_t(EventType.LANDED), F.col("time"))).alias("landing_time"),
         F.max(F.when(F.col("_leg_s") > 0, F.col("_leg_m") / F.col("_leg_s"))).alias("max_speed_mps"),
     )
     agg = agg.join(_flight_commands(ev_all), ["vid", "flight_no"], "left")
@@ -186,7 +192,7 @@ def flights(events: DataFrame) -> DataFrame:
 
 def commands(events: DataFrame) -> DataFrame:
     """Per command name and vehicle: count, result mix and latency p50/p95/p99 (exact)."""
-    c = valid(events).where(_t("cmd_result"))
+    c = valid(events).where(_t(EventType.CMD_RESULT))
     return (
         c.groupBy(F.coalesce("cmd_name", F.lit("?")).alias("name"), "vid")
         .agg(
@@ -199,7 +205,7 @@ def commands(events: DataFrame) -> DataFrame:
 
 def command_latency(events: DataFrame) -> DataFrame:
     """Fleet-wide per command name: count, result mix, latency percentiles."""
-    c = valid(events).where(_t("cmd_result"))
+    c = valid(events).where(_t(EventType.CMD_RESULT))
     return c.groupBy(F.coalesce("cmd_name", F.lit("?")).alias("name")).agg(
         F.count("*").alias("count"),
         F.countDistinct("vid").alias("vehicles"),
@@ -224,10 +230,10 @@ def failsafe_events(events: DataFrame) -> DataFrame:
     """
     # Only failsafes and landings matter to the window (a few % of the
     # events): sorting those per flight is cheap, all events would not be.
-    ev = with_flight(events).where(_t("failsafe") | _t("landed"))
+    ev = with_flight(events).where(_t(EventType.FAILSAFE) | _t(EventType.LANDED))
     after = Window.partitionBy("vid", "flight_no").orderBy("time", "seq").rowsBetween(1, Window.unboundedFollowing)
-    ev = ev.withColumn("landed_time", F.min(F.when(_t("landed"), F.col("time"))).over(after))
-    return ev.where(_t("failsafe")).select(
+    ev = ev.withColumn("landed_time", F.min(F.when(_t(EventType.LANDED), F.col("time"))).over(after))
+    return ev.where(_t(EventType.FAILSAFE)).select(
         "vid",
         "time",
         "seq",
@@ -268,26 +274,26 @@ def _s(c: str) -> Column:
 def _summary() -> Column:
     return (
         F.when(F.col("error").isNotNull(), F.concat(F.lit("undecodable: "), F.col("error")))
-        .when(_t("mode_changed"), F.concat(_s("previous_mode"), F.lit(" -> "), _s("mode")))
-        .when(_t("failsafe"), F.concat(F.lit("FAILSAFE "), _s("failsafe_type"), F.lit(" -> "), _s("action_taken")))
+        .when(_t(EventType.MODE_CHANGED), F.concat(_s("previous_mode"), F.lit(" -> "), _s("mode")))
+        .when(_t(EventType.FAILSAFE), F.concat(F.lit("FAILSAFE "), _s("failsafe_type"), F.lit(" -> "), _s("action_taken")))
         .when(
-            _t("cmd_result"),
+            _t(EventType.CMD_RESULT),
             F.concat(_s("cmd_name"), F.lit(" "), _s("result"), F.lit(" in "), _fmt("latency_ms"), F.lit(" ms")),
         )
-        .when(_t("statustext"), F.concat(F.lit("["), _s("severity"), F.lit("] "), _s("text")))
-        .when(_t("mission_item_reached"), F.concat(F.lit("reached mission item "), _s("mission_seq")))
+        .when(_t(EventType.STATUSTEXT), F.concat(F.lit("["), _s("severity"), F.lit("] "), _s("text")))
+        .when(_t(EventType.MISSION_ITEM_REACHED), F.concat(F.lit("reached mission item "), _s("mission_seq")))
         .when(
-            _t("landed"),
+            _t(EventType.LANDED),
             F.concat(F.lit("landed after "), _fmt("flight_s"), F.lit(" s, max alt "), _fmt("max_alt_m"), F.lit(" m")),
         )
         .when(
-            _t("disarmed"),
+            _t(EventType.DISARMED),
             F.concat(
                 F.lit("disarmed: "), _fmt("distance_m", 0), F.lit(" m flown, "),
                 _fmt("battery_used_pct"), F.lit(" % battery used"),
             ),
         )
-        .when(_t("link_restored"), F.concat(F.lit("link restored after "), _fmt("outage_s"), F.lit(" s")))
+        .when(_t(EventType.LINK_RESTORED), F.concat(F.lit("link restored after "), _fmt("outage_s"), F.lit(" s")))
         .otherwise(F.col("type"))
     )
 

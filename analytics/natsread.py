@@ -4,9 +4,10 @@ Each partition opens its own connection (a Python worker cannot share the
 driver's) and reads its range with one ordered push consumer started at the
 range's first sequence. Messages arrive on a callback subscription: on these
 machines that is 3-5x faster than fetch/next_msg/async-for, which create a
-task per message. `mavjet.analytics.natsfast` goes further and takes the
-consumer's messages off the connection's read buffer itself (no `Msg`, no
-queue, no header parsing). Each message is decoded once, into a row
+task per message. The ordered consumer's short cut in
+`mavjet.contract.natsadapter` goes further and takes the consumer's
+messages off the connection's read buffer itself (no `Msg`, no queue, no
+header parsing). Each message is decoded once, into a row
 (`mavjet.analytics.columns.Columns`); a batch of rows becomes columns.
 
 `iter_range` is a plain generator so Spark's `read()` can pull batches: it
@@ -29,10 +30,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from mavjet.analytics import natsfast
 from mavjet.analytics.columns import Columns
 from mavjet.analytics.options import SourceOptions
-from mavjet.contract import natsconn
+from mavjet.contract import natsadapter, natsconn
 from mavjet.contract.errors import MavjetError
 from mavjet.contract.natsconn import NatsOptions
 
@@ -194,11 +194,9 @@ class RangeReader:
             self.done = True
             return
         self._nc = await connect(self.opts)
-        if hasattr(self._nc, "_parse_header_lines"):
-            # an instance attribute shadows the static method for this connection only
-            setattr(self._nc, "_parse_header_lines", _header_lines)  # noqa: B010
+        natsadapter.install_header_parser(self._nc, _header_lines)
         # before subscribing, so that every data message takes the same path, in order
-        natsfast.install(self._nc, self._on_msg, self._on_data)
+        natsadapter.install_ordered_short_cut(self._nc, self._on_msg, self._on_data)
         js = self._nc.jetstream()
         cfg = api.ConsumerConfig(
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
@@ -228,7 +226,7 @@ class RangeReader:
             self._wake.set()
 
     async def _on_msg(self, msg: Msg) -> None:
-        """nats-py's callback: used only where the short cut (mavjet.analytics.natsfast) is not installed."""
+        """nats-py's callback: used only where the short cut (`natsadapter.install_ordered_short_cut`) is not installed."""
         if self.done or not msg.reply:
             return
         seq, pending = _seq_and_pending(msg.reply)

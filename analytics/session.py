@@ -85,15 +85,14 @@ def get_spark(
     os.environ.setdefault("SPARK_LOCAL_IP", bind_host)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from mavjet.analytics.classcache import archive_options, publish_at_exit
+    from mavjet.analytics.classcache import archive_options, jvm_started, publish_at_exit
     from mavjet.analytics.source import register
 
     builder = SparkSession.builder.appName(app_name)
     jvm_options, archive_tmp, archive_final = DEFAULT_JVM_OPTIONS, None, None
-    if SparkContext._gateway is None:  # JVM options only count when this process starts the JVM
+    if not jvm_started():  # JVM options only count when this process starts the JVM
         cds, archive_tmp, archive_final = archive_options(DEFAULT_JVM_OPTIONS)
         jvm_options = f"{DEFAULT_JVM_OPTIONS} {cds}".strip()
     conf = spark_conf(master, bind_host=bind_host, driver_memory=driver_memory, jvm_options=jvm_options)

@@ -30,23 +30,27 @@ from typing import Any
 
 from mavjet.analytics.synthtrack import HOME_ALT_MSL_M, FlightPath, Key, period_ns
 from mavjet.analytics.truth import ChainTruth, CommandTruth, FailsafeTruth, FlightTruth, Truth
+from mavjet.contract.commands import CommandName
 from mavjet.contract.envelope import CONTENT_TYPE, pack
 from mavjet.contract.errors import ConfigError
+from mavjet.contract.events import EFFECTS, EventType
+from mavjet.contract.modes import Flavour, ModeTable, VehicleClass
 from mavjet.contract.subjects import event_subject, track_subject
 from mavjet.contract.tracks import encode_sample, track_msg_id
 from mavjet.contract.units import haversine_m
+from mavjet.contract.vehicle import MAV_STATE_CRITICAL
 
 DAY_NS = 86_400 * 10**9
 MS = 10**6
 
 FAILSAFE_TYPES = ("battery", "gcs", "radio", "ekf", "geofence")
+# The mode a copter of each flavour is in for each part of a flight, named as the gateway names it
+# (contract/modes.py, whose table also gives each its custom_mode).
 MODES = {
-    "ardupilot": {"ground": "STABILIZE", "takeoff": "GUIDED", "mission": "AUTO", "loiter": "LOITER"},
-    "px4": {"ground": "POSCTL", "takeoff": "TAKEOFF", "mission": "MISSION", "loiter": "HOLD"},
-}
-CUSTOM_MODE = {
-    "STABILIZE": 0, "GUIDED": 4, "AUTO": 3, "LOITER": 5, "RTL": 6, "LAND": 9,
-    "POSCTL": 3, "TAKEOFF": 4, "MISSION": 4, "HOLD": 4,
+    Flavour.ARDUPILOT: {"ground": "STABILIZE", "takeoff": "GUIDED", "mission": "AUTO", "loiter": "LOITER",
+                        "rtl": "RTL", "land": "LAND"},
+    Flavour.PX4: {"ground": "POSCTL", "takeoff": "AUTO.TAKEOFF", "mission": "AUTO.MISSION", "loiter": "AUTO.LOITER",
+                  "rtl": "AUTO.RTL", "land": "AUTO.LAND"},
 }
 SEVERITY_NAMES = ("EMERGENCY", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG")
 # Results of the occasional extra commands (goto, param_set...), by weight.
@@ -113,12 +117,13 @@ class _Vehicle:
         self.pending: dict[str, ChainTruth] = {}
         self.flight_cmds: list[tuple[str, str]] = []
         home_rng = random.Random(f"mavjet-audit-home:{cfg.seed}:{index}")
-        self.flavour = "ardupilot" if home_rng.random() < 0.7 else "px4"
+        self.flavour = Flavour.ARDUPILOT if home_rng.random() < 0.7 else Flavour.PX4
         self.home = (
             cfg.base_lat_deg + home_rng.uniform(-0.5, 0.5),
             cfg.base_lon_deg + home_rng.uniform(-0.5, 0.5),
         )
         self.modes = MODES[self.flavour]
+        self.table = ModeTable(flavour=self.flavour, vehicle_class=VehicleClass.COPTER)
         self.mode = self.modes["ground"]
         self.armed = False
         self.lat, self.lon = self.home
@@ -141,13 +146,14 @@ class _Vehicle:
             "alt_m": round(self.alt_m, 2),
             "alt_msl_m": round(self.alt_m + HOME_ALT_MSL_M, 2),
             "battery_pct": round(self.battery_pct, 1),
-            "flavour": self.flavour,
+            "flavour": self.flavour.value,
         }
 
     def advance(self, lo_s: float, hi_s: float) -> None:
         self.t_ns += int(self.rng.uniform(lo_s, hi_s) * 1e9) + MS  # strictly increasing
 
-    def emit(self, etype: str, extra: dict[str, Any] | None = None, disc: str = "") -> None:
+    def emit(self, event: EventType, extra: dict[str, Any] | None = None, disc: str = "") -> None:
+        etype = event.value  # a plain str in what is published and counted
         data = self.snapshot()
         if extra:
             data.update(extra)
@@ -161,8 +167,11 @@ class _Vehicle:
         if chain is not None:
             chain.effect_ns = self.t_ns
 
-    def command(self, name: str, result: str = "accepted", effect: str | None = None) -> None:
-        """A cmd_result; `effect` is the event type an accepted command causes next."""
+    def command(self, command: CommandName, result: str = "accepted") -> None:
+        """A cmd_result; the event an accepted command causes next is the catalogue's (contract/events.py)."""
+        name = command.value
+        caused = EFFECTS.get(command)
+        effect = None if caused is None else caused[0].value
         self.cmd_n += 1
         cmd_id = f"{self.vid}-{self.day}-{self.cmd_n}"
         if result == "timeout":
@@ -175,7 +184,7 @@ class _Vehicle:
         issued_ns = self.t_ns
         self.t_ns += int(latency_ms * MS)
         self.emit(
-            "cmd_result",
+            EventType.CMD_RESULT,
             {
                 "cmd_id": cmd_id,
                 "name": name,
@@ -204,11 +213,11 @@ class _Vehicle:
 
     def set_mode(self, mode: str, flight_modes: list[str]) -> None:
         prev, self.mode = self.mode, mode
-        self.emit("mode_changed", {"previous_mode": prev, "custom_mode": CUSTOM_MODE.get(mode, 0)})
+        self.emit(EventType.MODE_CHANGED, {"previous_mode": prev, "custom_mode": self.table.custom_mode(mode)})
         flight_modes.append(mode)
 
     def statustext(self, severity: int, text: str) -> None:
-        self.emit("statustext", {"severity": severity, "severity_name": SEVERITY_NAMES[severity], "text": text})
+        self.emit(EventType.STATUSTEXT, {"severity": severity, "severity_name": SEVERITY_NAMES[severity], "text": text})
 
     # -- one flight --------------------------------------------------------
     def fly(self) -> None:
@@ -218,23 +227,23 @@ class _Vehicle:
         self.flight_cmds = []
         self.battery_pct = round(rng.uniform(92.0, 100.0), 1)
         if rng.random() < 0.05:
-            self.command("arm", "rejected", effect="armed")
+            self.command(CommandName.ARM, "rejected")
             self.statustext(3, "PreArm: Battery below minimum arming voltage")
             self.advance(5, 30)
-        self.command("arm", effect="armed")
+        self.command(CommandName.ARM)
         self.armed = True
         start_ns = self.t_ns
         start_batt = self.battery_pct
         self._keys = []
-        self.emit("armed")
+        self.emit(EventType.ARMED)
         self.advance(1, 3)
         self.set_mode(self.modes["takeoff"], flight_modes)
         self.advance(0.5, 2)
-        self.command("takeoff", effect="takeoff")
+        self.command(CommandName.TAKEOFF)
         takeoff_ns = self.t_ns
         target_alt = round(rng.uniform(20.0, 120.0), 1)
         self.alt_m = 1.5
-        self.emit("takeoff")
+        self.emit(EventType.TAKEOFF)
         max_alt = 1.5
         distance = 0.0
         self.advance(5, 15)
@@ -242,12 +251,12 @@ class _Vehicle:
         max_alt = max(max_alt, self.alt_m)
         if self.rng2.random() < 0.3:  # the operator holds position first (sometimes refused)
             ok = self.rng2.random() < 0.85
-            self.command("set_mode", "accepted" if ok else "rejected", effect="mode_changed")
+            self.command(CommandName.SET_MODE, "accepted" if ok else "rejected")
             if ok:
                 self.t_ns += int(self.rng2.uniform(0.2, 1.5) * 1e9)
                 self.set_mode(self.modes["loiter"], flight_modes)
             self.t_ns += int(self.rng2.uniform(2.0, 10.0) * 1e9)
-        self.command("mission_start", effect="mode_changed")
+        self.command(CommandName.MISSION_START)
         self.set_mode(self.modes["mission"], flight_modes)
         n_items = rng.randint(2, 6)
         fs_at = rng.randint(1, n_items) if rng.random() < self.cfg.failsafe_prob else 0
@@ -262,25 +271,26 @@ class _Vehicle:
             self.alt_m = round(target_alt + rng.uniform(-5.0, 15.0), 1)
             max_alt = max(max_alt, self.alt_m)
             self.battery_pct = max(5.0, round(self.battery_pct - rng.uniform(2.0, 8.0), 1))
-            self.emit("mission_item_reached", {"seq": item})
+            self.emit(EventType.MISSION_ITEM_REACHED, {"seq": item})
             if rng.random() < self.cfg.extra_commands_per_flight / n_items:
                 self.advance(0.5, 3)
-                names = ("goto", "param_set", "set_mode", "rtl")
+                names = (CommandName.GOTO, CommandName.PARAM_SET, CommandName.SET_MODE, CommandName.RTL)
                 self.command(rng.choice(names[:2]), _weighted(rng, EXTRA_RESULTS))
             if item == link_at:
                 self.advance(1, 3)
-                self.emit("link_lost", {"heartbeat_age_s": round(rng.uniform(3.0, 6.0), 1)})
+                self.emit(EventType.LINK_LOST, {"heartbeat_age_s": round(rng.uniform(3.0, 6.0), 1)})
                 outage = round(rng.uniform(5.0, 90.0), 1)
                 self.t_ns += int(outage * 1e9)
-                self.emit("link_restored", {"outage_s": outage})
+                self.emit(EventType.LINK_RESTORED, {"outage_s": outage})
             if item == fs_at:
                 self.advance(1, 10)
                 fs_type = rng.choice(FAILSAFE_TYPES)
-                action = "LAND" if fs_type in ("battery", "ekf") else "RTL"
+                action = self.modes["land"] if fs_type in ("battery", "ekf") else self.modes["rtl"]
                 if fs_type == "battery":
                     self.battery_pct = round(rng.uniform(10.0, 20.0), 1)
                 failsafe_ns = self.t_ns
-                self.emit("failsafe", {"failsafe_type": fs_type, "action_taken": action, "system_status": 5})
+                self.emit(EventType.FAILSAFE, {"failsafe_type": fs_type, "action_taken": action,
+                                                 "system_status": MAV_STATE_CRITICAL})
                 self.statustext(2, f"Failsafe: {fs_type}, {action}")
                 self.advance(0.1, 1)
                 self.set_mode(action, flight_modes)
@@ -289,18 +299,18 @@ class _Vehicle:
                 break
         if not failsafe_ns:
             self.advance(1, 5)
-            back = "RTL" if self.rng2.random() < 0.8 else "LAND"
-            self.command(back.lower(), effect="landed")
-            self.set_mode(back, flight_modes)
+            back = CommandName.RTL if self.rng2.random() < 0.8 else CommandName.LAND
+            self.command(back)
+            self.set_mode(self.modes[back.value], flight_modes)
         # the way home (or down)
         self.advance(30, 180)
-        if self.mode == "RTL":
+        if self.mode == self.modes["rtl"]:
             distance += haversine_m(self.lat, self.lon, *self.home)
             self.lat, self.lon = self.home
         self.battery_pct = max(3.0, round(self.battery_pct - rng.uniform(2.0, 6.0), 1))
         self.alt_m = 0.0
         self.emit(
-            "landed",
+            EventType.LANDED,
             {"max_alt_m": round(max_alt, 2), "distance_m": round(distance, 1),
              "flight_s": round((self.t_ns - takeoff_ns) / 1e9, 1)},
         )
@@ -309,7 +319,7 @@ class _Vehicle:
         self.armed = False
         used = round(start_batt - self.battery_pct, 1)
         self.emit(
-            "disarmed",
+            EventType.DISARMED,
             {"max_alt_m": round(max_alt, 2), "distance_m": round(distance, 1), "battery_used_pct": used,
              "flight_s": round((self.t_ns - start_ns) / 1e9, 1)},
         )
@@ -345,7 +355,7 @@ class _Vehicle:
         for k in range(n):
             self.t_ns = max(self.t_ns, day_start + k * slot_ns + int(rng.uniform(0.05, 0.3) * slot_ns))
             if k == 0:
-                self.emit("gateway_started", {"gateway": f"gw-{self.vid}", "version": "0.1.0"})
+                self.emit(EventType.GATEWAY_STARTED, {"gateway": f"gw-{self.vid}", "version": "0.1.0"})
                 self.advance(5, 60)
             self.fly()
         return self.events

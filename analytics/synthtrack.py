@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from mavjet.contract.events import EventType
 from mavjet.contract.tracks import track_sample
 from mavjet.contract.units import haversine_m
 
@@ -73,9 +74,9 @@ class FlightPath:
         spans: list[tuple[int, int]] = []
         lost: int | None = None
         for k in self.keys:
-            if k.type == "link_lost":
+            if k.type == EventType.LINK_LOST:
                 lost = k.time_ns
-            elif k.type == "link_restored" and lost is not None:
+            elif k.type == EventType.LINK_RESTORED and lost is not None:
                 spans.append((lost, k.time_ns))
                 lost = None
         return spans

@@ -1,5 +1,5 @@
-"""`mavjet bench NAME`: each benchmark prints its figures and writes JSON,
-against a baseline measured in the same run (docs/benchmarks.md)."""
+"""`mavjet bench NAME`: each benchmark prints its figures and writes JSON (`kit.default_json`:
+benchmarks/results/ inside a checkout), against a baseline measured in the same run (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 def usage() -> str:
     lines = ["usage: mavjet bench NAME [options]   (mavjet bench NAME --help for details)", "",
              "Each benchmark prints progress and its figures, writes JSON, and measures its baseline in the",
-             "same run (these machines' speed drifts between hours). docs/benchmarks.md has the results.", "",
+             "same run (these machines' speed drifts between hours). docs/benchmarks.md has the results.",
+             "The JSON goes to benchmarks/results/NAME-STAMP.json inside a checkout, to",
+             "bench-NAME-STAMP.json in the working directory otherwise (STAMP: UTC time); --json FILE wins.", "",
              "benchmarks:"]
     lines += [f"  {name:<10} {summary}" for name, (_, summary) in BENCHMARKS.items()]
     lines += ["", "example: mavjet bench ingest --vehicles 1000 --duration 20"]

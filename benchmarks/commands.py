@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
 from mavjet.benchmarks.kit import (
+    default_json,
     nats_and_sim,
     non_negative_int,
     percentile,
@@ -276,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the idempotent command to send (default: %(default)s to the current mode)")
     p.add_argument("--warmup", type=non_negative_int, default=3, help="unmeasured commands per vehicle first")
     p.add_argument("--baseline-seconds", type=positive_float, default=5.0, help="how long to measure the JetStream baseline")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-commands-N.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/commands-N-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -286,5 +288,5 @@ def main(argv: list[str]) -> int:
     n = args.vehicles
     with nats_and_sim(n, preferred_port=26760, prefix="mavjet-bench-cmd-") as (server, _sim, base, tmp):
         res = anyio.run(run, args, server, base, tmp, backend="asyncio")
-    report(res, args.json or Path(f"bench-commands-{n}.json"), width=30)
+    report(res, args.json or default_json(f"commands-{n}"), width=30)
     return 0

@@ -5,7 +5,7 @@ runs cannot be compared. This runs benchmark NAME from a git ref (checked out
 in a temporary worktree, run with its own code on `PYTHONPATH`) and from the
 working tree alternately, `--rounds` times each, then prints both means and
 their ratio for every numeric figure the two JSON reports share, and writes
-them to `bench-compare-NAME.json`. `mavjet bench ingest --compare REF ...`
+them to `benchmarks/results/compare-NAME-STAMP.json` (`kit.default_json`). `mavjet bench ingest --compare REF ...`
 is the same thing for the ingest benchmark.
 
 Both sides drive the same simulated vehicles: the working tree's `sim/` is
@@ -61,7 +61,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from mavjet.benchmarks.kit import cpu_hogs, non_negative_int, positive_int, run_json
+from mavjet.benchmarks.kit import cpu_hogs, default_json, non_negative_int, positive_int, run_json
 from mavjet.ops.compile import LAYERS, SIM_MODULES, build, compile_copy
 from mavjet.ops.natsserver import COLOCATED_GOMAXPROCS
 
@@ -434,7 +434,8 @@ def _table(ref: str, sha: str, name: str, bench_args: list[str], *, rounds: int,
     warnings = unequal_work(ref_runs, new_runs)
     for note in warnings:
         print(f"note: {note}")
-    path = out or Path(f"bench-compare-{name}.json")
+    path = out or default_json(f"compare-{name}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"ref": ref, "sha": sha, "benchmark": name, "args": bench_args, "rounds": rounds,
                                 "cpu_hog": cpu_hog, "new_args": new_args, **(extra or {}), "warnings": warnings,
                                 "ref_runs": ref_runs, "new_runs": new_runs, "summary": table}, indent=2))
@@ -452,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("ref", help="git ref of the code to compare against (a commit, tag or branch)")
     p.add_argument("--rounds", type=positive_int, default=2, help="runs of each side (default %(default)s)")
-    p.add_argument("--json", type=Path, default=None, help="write the comparison here (default bench-compare-NAME.json)")
+    p.add_argument("--json", type=Path, default=None, help="write the comparison here "
+                   "(default: benchmarks/results/compare-NAME-STAMP.json in a checkout, docs/benchmarks.md)")
     p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K",
                    help="K busy processes load the machine for the whole comparison (both sides alike)")
     p.add_argument("--new-arg", action="append", default=[], metavar="ARG",

@@ -21,7 +21,7 @@ from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from mavjet.benchmarks.kit import percentile, positive_int, positive_ints, report
+from mavjet.benchmarks.kit import default_json, percentile, positive_int, positive_ints, report
 from mavjet.contract.natsconn import open_client
 from mavjet.ops.natsserver import NatsServer
 
@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--counts", type=positive_ints, default="1000,5000,10000",
                    help="consumer counts, comma separated (default %(default)s)")
     p.add_argument("--rounds", type=positive_int, default=300, help="round trips measured per count")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-consumers.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/consumers-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -102,5 +103,5 @@ def main(argv: list[str]) -> int:
         row = out[str(n)]
         if base["roundtrip_p50_ms"] and row["roundtrip_p50_ms"]:
             row["ratio_p50_vs_1"] = round(row["roundtrip_p50_ms"] / base["roundtrip_p50_ms"], 2)
-    report({"counts": out}, args.json or Path("bench-consumers.json"))
+    report({"counts": out}, args.json or default_json("consumers"))
     return 0

@@ -24,6 +24,7 @@ import msgpack
 from mavjet.benchmarks import cpuwait
 from mavjet.benchmarks.kit import (
     cpu_hogs,
+    default_json,
     nats_and_sim,
     non_negative_float,
     non_negative_int,
@@ -103,7 +104,7 @@ async def ceiling(url: str, sample: bytes, seconds: float) -> dict[str, float]:
     cpu0, t0 = time.process_time(), time.monotonic()
     while time.monotonic() - t0 < seconds:
         for msg in mav.parse_buffer(sample) or ():
-            if msg._type == "BAD_DATA":
+            if msg.get_type() == "BAD_DATA":
                 continue
             payload = msgpack.packb({"v": 1, "vid": "BASE", "time": msgpack.Timestamp.from_unix_nano(time.time_ns()),
                                      "data": msg.to_dict()})
@@ -289,8 +290,9 @@ def _reactor_counts() -> tuple[int, int]:
         from mavjet.drivers.mavlink.reactor import Reactor
     except ImportError:
         return 0, 0
-    # `_by_loop`, not `for_loop`: looking must not make an epoll for a loop without links.
-    reactor = Reactor._by_loop.get(id(asyncio.get_running_loop()))
+    # `existing`, not `for_loop`: looking must not make an epoll for a loop without links.
+    existing = getattr(Reactor, "existing", None)  # older refs: no such method, no count
+    reactor = existing(asyncio.get_running_loop()) if existing is not None else None
     return getattr(reactor, "passes", 0), getattr(reactor, "ready_seen", 0)
 
 
@@ -329,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let the uplink shaper shed state (off: every configured sample is published)")
     p.add_argument("--workers", metavar="N[,N...]", help="run `mavjet gateway --workers N` as processes for each N, "
                    "one after the other against one sim and server, and print the scaling (benchmarks/workers.py)")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-ingest-N.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/ingest-N-STAMP.json in a checkout, docs/benchmarks.md)")
     p.add_argument("--compare", metavar="REF", help="run this benchmark from git REF and from the working tree "
                    "alternately and print both with their ratio (mavjet bench compare)")
     p.add_argument("--rounds", type=positive_int, default=2, help="with --compare: runs of each side (default %(default)s)")
@@ -368,7 +371,7 @@ def ingest_main(argv: list[str]) -> int:
     # One vehicle more than the gateway serves: the ceiling's sample is recorded from it.
     with cpu_hogs(args.cpu_hog), nats_and_sim(args.vehicles + 1, preferred_port=25760) as (server, sim, base, tmp):
         res = anyio.run(run_ingest, args, server, sim, base, tmp, backend="asyncio", backend_options=backend_options)
-    report(res, args.json or Path(f"bench-ingest-{args.vehicles}.json"))
+    report(res, args.json or default_json(f"ingest-{args.vehicles}"))
     if res.get("order_reordered_samples"):
         print(f"mavjet bench ingest: {res['order_reordered_samples']} state samples arrived out of order", flush=True)
         return 1

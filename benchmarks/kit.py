@@ -1,5 +1,5 @@
 """Pieces every `mavjet bench` command shares: percentiles, the simulator
-process, and how results are printed and written."""
+process, and how results are printed and written (where: `default_json`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -186,8 +187,35 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None
         proc.wait(timeout=timeout_s)
 
 
+RESULTS_DIR = Path("benchmarks") / "results"  # inside a checkout: the JSON docs/benchmarks.md cites
+
+
+def results_dir(cwd: Path | None = None) -> Path | None:
+    """`benchmarks/results/` of the mavjet checkout the working directory is in, or None outside one.
+
+    A checkout is a directory holding `pyproject.toml` and `benchmarks/results/README.md`, the
+    working directory or one above it (an installed mavjet has neither)."""
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / RESULTS_DIR / "README.md").is_file() and (d / "pyproject.toml").is_file():
+            return d / RESULTS_DIR
+    return None
+
+
+def default_json(name: str, *, cwd: Path | None = None, now: datetime | None = None) -> Path:
+    """Where a benchmark writes its JSON when `--json` is not given: `benchmarks/results/NAME-STAMP.json`
+    inside a checkout, `bench-NAME-STAMP.json` in the working directory otherwise; STAMP is the UTC
+    time (`20261201T190700Z`), so no run overwrites another's."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    found = results_dir(cwd)
+    if found is None:
+        return (cwd or Path()) / f"bench-{name}-{stamp}.json"
+    return found / f"{name}-{stamp}.json"
+
+
 def report(result: dict[str, Any], out: Path, *, width: int = 32) -> None:
-    """Print one `key value` line per figure and write the JSON."""
+    """Print one `key value` line per figure and write the JSON (its directory made if missing)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     for k, v in result.items():
         print(f"{k:{width}} {v}")

@@ -35,6 +35,7 @@ from mavjet.benchmarks.commands import (
 from mavjet.benchmarks.compare import ref_worktree
 from mavjet.benchmarks.kit import (
     cpu_hogs,
+    default_json,
     nats_and_sim,
     non_negative_float,
     non_negative_int,
@@ -126,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the busy processes' nice value, 0..19: 0 weighs them as mavjet's own processes; higher "
                    "gives mavjet the larger CPU share under contention, as `CPUWeight=` or `cpu_shares` would "
                    "(default %(default)s)")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-mixed-N.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/mixed-N-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -164,5 +166,5 @@ def _main(args: argparse.Namespace) -> int:
         else:
             res = asyncio.run(run_process(args, server, sim.pid, base, tmp))
     res.update({"cpu_hog": args.cpu_hog, "hog_nice": args.hog_nice})
-    report(res, args.json or Path(f"bench-mixed-{args.vehicles}.json"))
+    report(res, args.json or default_json(f"mixed-{args.vehicles}"))
     return 0

@@ -25,6 +25,7 @@ from typing import Any
 
 from mavjet.benchmarks.kit import (
     cpu_hogs,
+    default_json,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -105,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-hog", type=non_negative_int, default=0, metavar="K", help="K busy processes load the machine "
                    "for the whole run (overload on a loaded machine)")
     p.add_argument("--shaping", action="store_true", help="the uplink shaper on, as `mavjet gateway` runs by default")
-    p.add_argument("--json", type=Path, default=Path("bench-overload.json"),
-                   help="write results here (default %(default)s)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/overload-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -138,5 +139,5 @@ def main(argv: list[str]) -> int:
                                    for pt in points]})
     if at_knee is points[-1]:
         result["knee_note"] = "the largest size tried was sustained: the true knee may be higher"
-    report(result, args.json, width=34)
+    report(result, args.json or default_json("overload"), width=34)
     return 0

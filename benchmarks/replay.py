@@ -9,7 +9,7 @@ Fills TWIN_EVENTS with N events from `sim audit` (a private nats-server unless
   (`noop` sink, so nothing but the read is timed), as events/s;
 - the whole replay end to end: `mavjet replay` in a fresh process (Python
   and Spark start, read, every job, Parquet, report), as an operator runs it.
-Prints the figures and ratios and writes them as JSON with --json.
+Prints the figures and ratios and writes them as JSON (--json, or `kit.default_json`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mavjet.analytics.options import SourceOptions
 from mavjet.analytics.session import DEFAULT_DRIVER_MEMORY, check_memory
-from mavjet.benchmarks.kit import positive_int
+from mavjet.benchmarks.kit import default_json, positive_int
 from mavjet.contract.errors import ConfigError
 from mavjet.contract.natsconn import open_client
 from mavjet.contract.subjects import EVENTS_STREAM
@@ -274,19 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=positive_int, help="read partitions (default: the source's own choice)")
     p.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY, help=f"Spark driver heap (default {DEFAULT_DRIVER_MEMORY})")
     p.add_argument("--seed", type=int, default=1, help="the synthetic events' seed (default %(default)s)")
-    p.add_argument("--json", help="write the figures to this file (rewritten after every stage; 'complete' says if it finished)")
+    p.add_argument("--json", help="write the figures to this file, rewritten after every stage ('complete' says if it "
+                   "finished; default: benchmarks/results/replay-N-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
     from mavjet.ops.natsserver import NatsServer
 
+    out = Path(args.json) if args.json else default_json(f"replay-{args.events}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
     def on_stage(name: str, res: dict[str, Any]) -> None:
         print(_line(name, res), flush=True)
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(res, f, indent=2)
-                f.write("\n")
+        with out.open("w", encoding="utf-8") as f:
+            json.dump(res, f, indent=2)
+            f.write("\n")
 
     kw: dict[str, Any] = {"seed": args.seed, "master": args.master, "partitions": args.partitions,
                           "driver_memory": args.driver_memory, "on_stage": on_stage}

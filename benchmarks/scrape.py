@@ -1,6 +1,6 @@
 """`mavjet bench scrape --vehicles N`: what one /metrics scrape costs the gateway's process.
 
-    mavjet bench scrape --vehicles 1000 --rounds 20 --json bench-scrape-1000.json
+    mavjet bench scrape --vehicles 1000 --rounds 20 --json scrape-1000.json
 
 A scrape is built on the metrics thread while the event loop waits for the
 GIL, so its cost is time the fleet's MAVLink and commands wait. This serves
@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import make_wsgi_app
 
-from mavjet.benchmarks.kit import percentile, positive_int, report
+from mavjet.benchmarks.kit import default_json, percentile, positive_int, report
 from mavjet.drivers.mavlink.link import LinkState
 from mavjet.drivers.mavlink.session import LinkHealth
 from mavjet.gateway.runtime.metrics import GatewayMetrics, serve_app
@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vehicles", type=positive_int, default=1000, help="vehicles whose link families are on the page")
     p.add_argument("--rounds", type=positive_int, default=20, help="scrapes of each page in each format")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-scrape-N.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/scrape-N-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -105,5 +106,5 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     print(f"scraping {args.vehicles} vehicles' pages, {args.rounds} rounds", flush=True)
     res = run(args)
-    report(res, args.json or Path(f"bench-scrape-{args.vehicles}.json"), width=36)
+    report(res, args.json or default_json(f"scrape-{args.vehicles}"), width=36)
     return 0

@@ -8,7 +8,7 @@ second connection, so the time includes the watch delivery the operator
 would see). The same run measures a bare KV put and get round trip one at
 a time, the baseline the ratio is against.
 
-    mavjet bench shadow --vehicles 10 --rounds 20 --json bench-shadow-10.json
+    mavjet bench shadow --vehicles 10 --rounds 20 --json shadow-10.json
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import anyio
 import nats
 
 from mavjet.benchmarks.kit import (
+    default_json,
     non_negative_float,
     percentile,
     positive_float,
@@ -180,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=non_negative_float, default=2.0, help="seconds after startup before the first round")
     p.add_argument("--round-timeout", type=positive_float, default=30.0, help="give up on a round after this long")
     p.add_argument("--baseline-ops", type=positive_int, default=1000, help="bare KV put+get round trips")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-shadow-N.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/shadow-N-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -194,5 +196,5 @@ def main(argv: list[str]) -> int:
             res = anyio.run(run, args, server, Path(tmp) / "state", backend="asyncio")
         finally:
             server.cleanup()
-    report(res, args.json or Path(f"bench-shadow-{args.vehicles}.json"), width=36)
+    report(res, args.json or default_json(f"shadow-{args.vehicles}"), width=36)
     return 0 if res.get("timeouts", 1) == 0 else 1

@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 
 from mavjet.benchmarks.commands import commands_ready
 from mavjet.benchmarks.kit import (
+    default_json,
     nats_and_sim,
     non_negative_float,
     percentile,
@@ -268,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="[uplink] target_delay_s for the shaped phase (default %(default)s)")
     p.add_argument("--newest-only-delay-s", type=positive_float, default=UplinkConfig().newest_only_delay_s,
                    help="[uplink] newest_only_delay_s for the shaped phase (default %(default)s)")
-    p.add_argument("--json", type=Path, default=None, help="write results here (default bench-uplink.json)")
+    p.add_argument("--json", type=Path, default=None, help="write results here "
+                   "(default: benchmarks/results/uplink-STAMP.json in a checkout, docs/benchmarks.md)")
     return p
 
 
@@ -280,5 +282,5 @@ def main(argv: list[str]) -> int:
     logs.configure("warning")
     with nats_and_sim(args.vehicles, preferred_port=26860, prefix="mavjet-bench-uplink-") as (server, _sim, base, tmp):
         res = asyncio.run(run(args, server, base, tmp))
-    report(res, args.json or Path("bench-uplink.json"))
+    report(res, args.json or default_json("uplink"))
     return 0

@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from mavjet.benchmarks.ingest import OrderCheck, _proc_cpu_s
-from mavjet.benchmarks.kit import nats_and_sim, report, this_python
+from mavjet.benchmarks.kit import default_json, nats_and_sim, report, this_python
 from mavjet.contract.natsconn import open_client
 from mavjet.gateway.config import DEFAULT_RATES_HZ
 from mavjet.gateway.runtime import logs
@@ -273,7 +273,7 @@ def run_workers(args: argparse.Namespace) -> int:
     # Below the ephemeral range and away from `bench ingest`'s 25760, which may run beside it.
     with nats_and_sim(args.vehicles, preferred_port=6000) as (server, sim, base, tmp):
         res = asyncio.run(run_all(args, counts, Rig(server=server, sim_pid=sim.pid, base=base, tmp=tmp)))
-    out = args.json or Path(f"bench-workers-{args.vehicles}.json")
+    out = args.json or default_json(f"workers-{args.vehicles}")
     report({k: v for k, v in res.items() if k != "runs"}, out)
     out.write_text(json.dumps(res, indent=2))
     bad = sum(r["order_reordered_samples"] for r in res["runs"])

@@ -7,7 +7,6 @@ Defaults come from MAVJET_NATS, read here in the CLI layer only.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import os
@@ -19,8 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-from nats.aio.client import PING_PROTO, Client
+from nats.aio.client import Client
 
+from mavjet.contract import natsadapter
 from mavjet.contract.errors import ConfigError, MavjetError
 from mavjet.contract.redact import redact
 
@@ -132,7 +132,7 @@ def add_nats_arguments(p: argparse.ArgumentParser, *, env_defaults: bool = True)
     """The connection flags. `env_defaults=False` leaves `--nats`/`--env` None when not given.
 
     A command with a config file (the daemon) resolves flag > environment >
-    file > default itself (`mavjet.gateway.config.resolve_config`), so it must be able
+    file > default itself (`mavjet.gateway.resolve.resolve_config`), so it must be able
     to tell "not given" from "given the default".
     """
     g = p.add_argument_group("NATS connection")
@@ -185,32 +185,13 @@ def creds_inbox_prefix(creds_file: str) -> str | None:
     return inbox_prefix_for_name(name)
 
 
-class OrderedFlushClient(Client):
-    """nats-py's Client whose PING (`flush()`, keep-alive) queues behind the commands already buffered.
-
-    nats-py 2.16 writes PING straight to the socket while SUB and PUB wait in
-    its write buffer for the flusher task, so the PONG that ends `flush()`
-    can come back before the server has seen a SUB made just before it. A
-    subscriber on one connection that flushes and then lets another
-    connection publish would miss those messages (tests caught it: 0 of 23
-    states seen, while the stream had acked them). nats.py2 fixed the same
-    bug in 2017 by sending the PING through the flusher; this does the same.
-    `tests/gateway/test_natsconn_flush.py` checks the order and that the
-    private names this relies on are still there.
-    """
-
-    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-        self._pongs.append(future)
-        self._pending.append(PING_PROTO)
-        self._pending_data_size += len(PING_PROTO)
-        await self._flush_pending()
-
-
 async def open_client(servers: str | list[str] = DEFAULT_NATS, **kwargs: Any) -> Client:
-    """`nats.connect(servers, **kwargs)` with an OrderedFlushClient: every mavjet connection is made here."""
-    nc = OrderedFlushClient()
+    """`nats.connect(servers, **kwargs)`: every mavjet connection is made here.
+
+    The client is `natsadapter.new_client()`'s: flush()'s PING behind the
+    commands nats-py still buffers (`OrderedFlushClient`).
+    """
+    nc = natsadapter.new_client()
     await nc.connect(servers, **kwargs)
     return nc
 

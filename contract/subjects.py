@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from mavjet.contract.errors import ConfigError
+from mavjet.contract.events import PUBLISHED
 
 STATE_STREAM = "TWIN_STATE"
 EVENTS_STREAM = "TWIN_EVENTS"
@@ -19,15 +20,8 @@ TRACKS_STREAM = "TWIN_TRACKS"  # the flight recorder's track, one subject per ve
 
 STATE_CHANNELS = ("position", "attitude", "battery", "gps", "status", "link")
 
-EVENT_TYPES = frozenset(
-    {
-        "armed", "disarmed", "mode_changed", "takeoff", "landed", "failsafe",
-        "statustext", "mission_item_reached", "mission_uploaded", "geofence_breach",
-        "link_lost", "link_restored", "gps_fix_changed", "home_set", "cmd_result",
-        "shadow_converged", "shadow_failed", "gateway_started", "gateway_stopped", "events_suppressed",
-        "log_download_started", "log_download_progress", "log_downloaded", "log_download_failed",
-    }
-)
+# The published event types (the catalogue, contract/events.py, is where each is defined).
+EVENT_TYPES: frozenset[str] = frozenset(t.value for t in PUBLISHED)
 
 # A subject token: no dots, wildcards or whitespace. Kept strict so a vid can
 # never widen a subscription or escape its vehicle's namespace.

@@ -22,6 +22,7 @@ import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
+from mavjet.contract.events import EventType
 from mavjet.drivers.mavlink.reactor import set_urgent
 from mavjet.drivers.mavlink.udphub import UdpHub
 from mavjet.gateway.config import GatewayConfig
@@ -337,7 +338,7 @@ class Gateway:
         now_ns = self.clock.now_ns()
         for twin in self.twins.values():
             twin.flush_suppressed(now_ns, flush=True)  # what the budget held back is reported before we go
-            twin.emit("gateway_stopped", gateway=self.cfg.instance, reason=self._stop_reason)
+            twin.emit(EventType.GATEWAY_STOPPED, gateway=self.cfg.instance, reason=self._stop_reason)
         await self.publisher.shutdown(self.cfg.shutdown_timeout_s)
         root.cancel_scope.cancel()
         log.info("gateway_stopped", spooled=self.spool.depth)

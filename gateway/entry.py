@@ -29,8 +29,9 @@ from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError, MavjetError
 from mavjet.contract.redact import redact
 from mavjet.drivers.mavlink.dialect import fastcrc_available
-from mavjet.gateway.config import GatewayConfig, load_toml, resolve_config
+from mavjet.gateway.config import GatewayConfig
 from mavjet.gateway.daemon import Gateway, with_services
+from mavjet.gateway.resolve import load_toml, resolve_config
 from mavjet.gateway.runtime import logs
 from mavjet.gateway.runtime.layout import check_layout
 
@@ -131,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> GatewayConfig:
-    """flag > environment > file > default, resolved in `mavjet.gateway.config.resolve_config`."""
+    """flag > environment > file > default, resolved in `mavjet.gateway.resolve.resolve_config`."""
     return resolve_config(load_toml(args.config), flags=vars(args), environ=environ)
 
 

@@ -31,6 +31,7 @@ from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from mavjet.contract.events import EventType
 from mavjet.drivers.mavlink.modes import ModeTable
 from mavjet.drivers.mavlink.session import Session
 from mavjet.gateway.config import GatewayConfig
@@ -82,7 +83,7 @@ class EventBus:
             try:
                 handler(ev)
             except Exception:  # a subscriber's bug must not stop the vehicle's event publishing
-                log.exception("event_handler_failed", vehicle=self._name, event=ev.type)
+                log.exception("event_handler_failed", vehicle=self._name, event=str(ev.type))
 
     def __len__(self) -> int:
         return len(self._handlers)
@@ -153,8 +154,8 @@ class VehicleHandle(Protocol):
     def subscribe(self, handler: EventHandler) -> Callable[[], None]:
         """Every event of this vehicle (telemetry, link, commands, shadow), in order."""
 
-    def emit(self, etype: str, **data: Any) -> None:
-        """Record, publish and fan out a gateway-side event, with the vehicle snapshot."""
+    def emit(self, etype: EventType, **data: Any) -> None:
+        """Record, publish and fan out a gateway-side event, with the vehicle snapshot (a catalogue type)."""
 
     def publish_event(self, ev: Event, *, payload: bytes | None = None, enqueue: bool = True) -> None:
         """Publish an event built elsewhere: count it, enqueue it for JetStream, tell subscribers.

@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from mavjet.contract import natsconn
 from mavjet.contract.commands import OBJECT_NAME
 from mavjet.gateway.stores import blobs
-from mavjet.gateway.stores.blobs import BlobError, BlobFailure, Transfer
+from mavjet.gateway.stores.chunks import HASH_PREFIX, BlobError, BlobFailure, Transfer
 from mavjet.ops.console import is_tty, print_table, transfer_progress
 from mavjet.ops.runner import run_cli
 
@@ -80,7 +80,7 @@ async def _with_retries(args: argparse.Namespace, attempt: Attempt) -> Transfer:
 
 
 async def put(args: argparse.Namespace) -> int:
-    if args.name and (not OBJECT_NAME.match(args.name) or ".." in args.name or args.name.startswith(blobs.HASH_PREFIX)):
+    if args.name and (not OBJECT_NAME.match(args.name) or ".." in args.name or args.name.startswith(HASH_PREFIX)):
         print(f"mavjet blobs: {args.name!r} is not a valid name (e.g. logs/VID-001/3.bin)", file=sys.stderr)
         return 2
     data: Path = args.file
@@ -147,7 +147,7 @@ async def ls(args: argparse.Namespace) -> int:
 
 def _short(name: str) -> str:
     """`sha256/<64 hex>` as `sha256/<16 hex>…` on a terminal: enough to tell objects apart."""
-    return name[: len(blobs.HASH_PREFIX) + 16] + "…" if name.startswith(blobs.HASH_PREFIX) else name
+    return name[: len(HASH_PREFIX) + 16] + "…" if name.startswith(HASH_PREFIX) else name
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from mavjet.contract.commands import (
     validate_params,
 )
 from mavjet.contract.errors import MavjetError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import (
     CMD_STREAM,
     SHADOW_BUCKET,
@@ -142,7 +143,7 @@ class CommandClient:
 
     async def start(self) -> None:
         if self._sub is None:
-            self._sub = await self.nc.subscribe(event_filter(self.env, "*", "cmd_result"), cb=self._on_result)
+            self._sub = await self.nc.subscribe(event_filter(self.env, "*", EventType.CMD_RESULT), cb=self._on_result)
             await self.nc.flush()
 
     async def close(self) -> None:

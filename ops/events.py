@@ -27,6 +27,7 @@ from rich.text import Text
 
 from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import EVENT_TYPES, check_token, event_filter
 from mavjet.contract.units import parse_duration_s, parse_instant
 from mavjet.ops.console import console, is_tty
@@ -63,8 +64,10 @@ class Severity(StrEnum):
 
 
 STYLES = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: ""}
-_CRITICAL_TYPES = frozenset({"failsafe", "geofence_breach"})
-_WARNING_TYPES = frozenset({"link_lost", "shadow_failed", "log_download_failed", "events_suppressed"})
+_CRITICAL_TYPES = frozenset({EventType.FAILSAFE, EventType.GEOFENCE_BREACH})
+_WARNING_TYPES = frozenset({
+    EventType.LINK_LOST, EventType.SHADOW_FAILED, EventType.LOG_DOWNLOAD_FAILED, EventType.EVENTS_SUPPRESSED,
+})
 STATUSTEXT_ERROR = 3  # MAV_SEVERITY: 0 EMERGENCY .. 3 ERROR are critical, 4 WARNING a warning
 STATUSTEXT_WARNING = 4
 
@@ -73,7 +76,7 @@ def severity(rec: Record) -> Severity:
     """How much an event matters to whoever watches the feed (its colour on a terminal)."""
     if rec.kind in _CRITICAL_TYPES:
         return Severity.CRITICAL
-    if rec.kind == "statustext":
+    if rec.kind == EventType.STATUSTEXT:
         level = rec.data.get("severity")
         if isinstance(level, int) and not isinstance(level, bool):
             if level <= STATUSTEXT_ERROR:
@@ -81,7 +84,7 @@ def severity(rec: Record) -> Severity:
             if level == STATUSTEXT_WARNING:
                 return Severity.WARNING
         return Severity.INFO
-    if rec.kind == "cmd_result" and rec.data.get("result", "accepted") != "accepted":
+    if rec.kind == EventType.CMD_RESULT and rec.data.get("result", "accepted") != "accepted":
         return Severity.WARNING  # refused, failed, timed out: the operator's command did not happen
     return Severity.WARNING if rec.kind in _WARNING_TYPES else Severity.INFO
 

@@ -38,6 +38,7 @@ from nats.js import api as jsapi
 
 from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_filter, state_filter
 from mavjet.contract.units import parse_duration_s
 from mavjet.ops.console import live_screen, live_text
@@ -57,7 +58,7 @@ QUIET_RESULTS = frozenset({"accepted"})
 
 
 def operator_cares(r: Record) -> bool:
-    return not (r.kind == "cmd_result" and r.data.get("result") in QUIET_RESULTS)
+    return not (r.kind == EventType.CMD_RESULT and r.data.get("result") in QUIET_RESULTS)
 
 
 def _cut(text: str, width: int) -> str:

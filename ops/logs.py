@@ -27,7 +27,9 @@ from nats.aio.msg import Msg
 from rich.progress import Progress, TaskID
 
 from mavjet.contract import natsconn
+from mavjet.contract.commands import CommandName
 from mavjet.contract.envelope import unpack
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_subject
 from mavjet.gateway.stores import logstore
 from mavjet.ops import console
@@ -99,7 +101,7 @@ async def ls(args: argparse.Namespace) -> int:
             return _print_stored(records, as_json=args.json)
         async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
             # The deadline is the wait: a command nobody waits for any more is not started later.
-            res = await client.call(args.vid, "log_list", {}, deadline_s=args.timeout, timeout_s=args.timeout)
+            res = await client.call(args.vid, CommandName.LOG_LIST, {}, deadline_s=args.timeout, timeout_s=args.timeout)
     except ResultTimeout as exc:
         print(f"mavjet logs: {exc} (is a gateway serving {args.vid}?)", file=sys.stderr)
         return EXIT_TIMEOUT
@@ -155,16 +157,16 @@ async def _follow(nc: Client, args: argparse.Namespace, bar: Bar) -> dict[str, A
         data = unpack(msg.data).data
         if wanted and data.get("log_id") != wanted.get("log_id"):
             return
-        if etype == "log_download_progress":
+        if etype == EventType.LOG_DOWNLOAD_PROGRESS:
             bar(int(data.get("bytes", 0)), int(data.get("total", 0)), "(paused: armed)" if data.get("paused") else "")
-        elif etype in ("log_downloaded", "log_download_failed"):
+        elif etype in (EventType.LOG_DOWNLOADED, EventType.LOG_DOWNLOAD_FAILED):
             final.append((etype, data))
             done.set()
 
     sub = await nc.subscribe(event_subject(args.env, args.vid, ">"), cb=on_msg)
     try:
         async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
-            res = await client.call(args.vid, "log_download", {"log": args.log}, deadline_s=START_WAIT_S,
+            res = await client.call(args.vid, CommandName.LOG_DOWNLOAD, {"log": args.log}, deadline_s=START_WAIT_S,
                                     timeout_s=START_WAIT_S)
         if not res.accepted:
             print(f"mavjet logs: log_download {res.result}: {res.detail}", file=sys.stderr)
@@ -196,7 +198,7 @@ async def get(args: argparse.Namespace) -> int:
             return EXIT_TIMEOUT
         if out is None:
             return EXIT_FAILED
-        if out["event"] != "log_downloaded":
+        if out["event"] != EventType.LOG_DOWNLOADED:
             print(f"mavjet logs: {out['event']}: {out.get('reason', 'no result in time')}", file=sys.stderr)
             return EXIT_TIMEOUT if out["event"] == "timeout" else EXIT_FAILED
         if args.out is not None:

@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 from nats.js import api as jsapi
 
 from mavjet.contract import envelope
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_filter, parse_subject, state_filter
 from mavjet.ops.fmt import format_value
 
@@ -183,7 +184,7 @@ def event_summary(r: Record) -> str:
             snap.append(fmt.format(v))
     for k in ("armed", "lat_deg", "lon_deg", "alt_msl_m", "flavour"):
         d.pop(k, None)
-    if r.kind == "cmd_result":
+    if r.kind == EventType.CMD_RESULT:
         # The interesting part first: what, how it ended, how long it took.
         head = f"{d.pop('name', '?')} {d.pop('result', '?')} in {d.pop('latency_ms', 0) or 0:.0f} ms"
         d["cmd_id"] = str(d.get("cmd_id", ""))[:12]

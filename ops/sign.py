@@ -35,7 +35,7 @@ from mavjet.drivers.mavlink.autopilot import is_autopilot_heartbeat
 from mavjet.drivers.mavlink.codec import MavCodec
 from mavjet.drivers.mavlink.signing import KEY_LEN, MavSigning, read_key_file, setup_signing_message
 from mavjet.drivers.mavlink.transport import Endpoint, open_transport
-from mavjet.gateway.config import build_config, load_toml
+from mavjet.gateway.resolve import build_config, load_toml
 from mavjet.ops.runner import duration, run_cli
 
 EXIT_NOT_SIGNING = 1
@@ -72,19 +72,19 @@ async def provision(endpoint: Endpoint, key: bytes, *, sysid: int | None = None,
                 data = await transport.recv()
                 if not sent:
                     for msg in plain.feed(data):
-                        if msg._type == "HEARTBEAT" and is_autopilot_heartbeat(msg.type, msg.autopilot) and (
-                                target is None or msg._header.srcSystem == target):
-                            target = msg._header.srcSystem
+                        if msg.get_type() == "HEARTBEAT" and is_autopilot_heartbeat(msg.type, msg.autopilot) and (
+                                target is None or msg.get_srcSystem() == target):
+                            target = msg.get_srcSystem()
                             await transport.send(plain.encode(setup_signing_message(
-                                key, target_system=target, target_component=msg._header.srcComponent,
+                                key, target_system=target, target_component=msg.get_srcComponent(),
                                 wall_s=time.time())))
                             sent = True
                             checked.resync()
                             break
                     continue
                 for msg in checked.feed(data):
-                    if msg._type == "HEARTBEAT" and msg._header.srcSystem == target and (
-                            not disable or not msg._header.incompat_flags & 1):
+                    if msg.get_type() == "HEARTBEAT" and msg.get_srcSystem() == target and (
+                            not disable or not msg.get_header().incompat_flags & 1):
                         return True
     finally:
         with anyio.CancelScope(shield=True):

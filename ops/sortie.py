@@ -33,16 +33,18 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from mavjet.contract import envelope
+from mavjet.contract.commands import CommandName
 from mavjet.contract.errors import MavjetError
+from mavjet.contract.modes import Flavour
 from mavjet.contract.subjects import state_filter
+from mavjet.contract.vehicle import is_past_boot
 from mavjet.ops.client import CommandClient, Result
 
 log = structlog.get_logger("mavjet.sortie")
 
 EARTH_M_PER_DEG = 111_320.0
-MAV_STATE_STANDBY = 3  # MAV_STATE: UNINIT 0, BOOT 1, CALIBRATING 2, STANDBY 3, ACTIVE 4, ...
 # The mode each flavour is put in before arming (the twin's `status.flavour`).
-START_MODE: dict[str, str] = {"ardupilot": "GUIDED", "px4": "AUTO.LOITER"}
+START_MODE: dict[str, str] = {Flavour.ARDUPILOT: "GUIDED", Flavour.PX4: "AUTO.LOITER"}
 
 
 def start_mode(flavour: str | None) -> str:
@@ -132,7 +134,7 @@ async def fly_sortie(
     cc = client or CommandClient(nc, env, issuer=f"sortie/{vid}")
     results: list[Result] = []
 
-    async def command(name: str, params: dict[str, Any] | None = None) -> None:
+    async def command(name: CommandName, params: dict[str, Any] | None = None) -> None:
         r = await cc.call(vid, name, params, deadline_s=plan.deadline_s, timeout_s=plan.command_timeout_s)
         results.append(r)
         if not r.accepted:
@@ -145,24 +147,23 @@ async def fly_sortie(
         # Out of BOOT first: ArduPilot reverts a mode set while booting and refuses to arm ("Arm: System not
         # initialised"). The arm itself is tried once: a refusal ends the sortie with the vehicle's reason
         # (never retried blindly; `fly_sortie_forever` starts a new sortie after its pause).
-        await twin.until("standby", lambda: (twin.get("status", "system_status") or 0) >= MAV_STATE_STANDBY,
-                         plan.step_timeout_s)
+        await twin.until("standby", lambda: is_past_boot(twin.get("status", "system_status")), plan.step_timeout_s)
         lat0, lon0 = twin.get("position", "lat_deg"), twin.get("position", "lon_deg")
         log.info("sortie_start", vehicle=vid, alt_m=plan.alt_m, radius_m=plan.radius_m)
-        await command("set_mode", {"mode": start_mode(twin.get("status", "flavour"))})
-        await command("arm")
-        await command("takeoff", {"alt_m": plan.alt_m})
+        await command(CommandName.SET_MODE, {"mode": start_mode(twin.get("status", "flavour"))})
+        await command(CommandName.ARM)
+        await command(CommandName.TAKEOFF, {"alt_m": plan.alt_m})
         await twin.until("climb", lambda: (twin.get("position", "alt_m") or 0.0) >= plan.alt_m - 1.0,
                          plan.step_timeout_s)
         for i, (lat, lon) in enumerate(waypoints(lat0, lon0, plan)):
-            await command("goto", {"lat_deg": lat, "lon_deg": lon, "alt_m": plan.alt_m})
+            await command(CommandName.GOTO, {"lat_deg": lat, "lon_deg": lon, "alt_m": plan.alt_m})
 
             def there(lat: float = lat, lon: float = lon) -> bool:
                 return distance_m(twin.get("position", "lat_deg"), twin.get("position", "lon_deg"),
                                   lat, lon) <= plan.arrive_m
 
             await twin.until(f"leg {i + 1}", there, plan.step_timeout_s)
-        await command("rtl")
+        await command(CommandName.RTL)
         await twin.until("return and land", lambda: twin.get("status", "armed") is False, plan.step_timeout_s)
         log.info("sortie_done", vehicle=vid, commands=len(results))
         return results
@@ -187,9 +188,9 @@ async def fly_sortie_forever(
                 await asyncio.sleep(pause_s + rng.uniform(0.0, pause_s / 2))
             except MavjetError as exc:
                 log.warning("sortie_failed", vehicle=vid, error=str(exc), retry_in_s=retry_s)
-                if isinstance(exc, SortieFailed) and exc.step not in ("position", "set_mode", "arm"):
+                if isinstance(exc, SortieFailed) and exc.step not in ("position", CommandName.SET_MODE, CommandName.ARM):
                     try:  # whatever went wrong in the air, bring it home before trying again
-                        await cc.call(vid, "rtl", timeout_s=30.0)
+                        await cc.call(vid, CommandName.RTL, timeout_s=30.0)
                     except MavjetError:
                         pass
                 await asyncio.sleep(retry_s)

@@ -23,7 +23,7 @@ from mavjet.benchmarks.compare import (
     unequal_work,
     use_tree_sim,
 )
-from mavjet.ops.compile import HOT_MODULES, SIM_MODULES
+from mavjet.ops.compile import HOT_MODULES, LAYERS, SIM_MODULES
 from mavjet.sim.cli import compiled_from_ready
 from tests.support.compiled import cannot_compile
 
@@ -105,7 +105,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert data["new_compiled"] is compiled
     assert (data["ref_runs"][0]["hot_modules_compiled"], data["new_runs"][0]["hot_modules_compiled"]) == (
         0, len(HOT_MODULES) if compiled else 0)
-    assert not list((ROOT / "gateway").glob("*.so"))
+    assert not [so for layer in LAYERS for so in (ROOT / layer).rglob("*.so")]  # never the checkout
     # Overload's promises are reported (issue 15, goal 5): every event stored, the connection kept.
     new = data["new_runs"][0]
     assert new["events_enqueued"] > 0 and new["events_lost"] == 0 and new["nats_reconnects"] == 0
@@ -162,7 +162,7 @@ def test_ref_compiled_runs_the_refs_side_from_its_own_compiled_copy(tmp_path: Pa
     assert ref["hot_modules_compiled"] > 0 and new["hot_modules_compiled"] == 0, (ref, new)
     assert ref["sim_modules_compiled"] == new["sim_modules_compiled"] == len(SIM_MODULES), (ref, new)
     assert "compiled" in proc.stdout.split("round 1/1")[1].splitlines()[1]  # the ref's run line says so
-    assert not list((ROOT / "sim").glob("*.so")) and not list(ROOT.glob("*__mypyc*"))  # never the checkout
+    assert not [so for layer in LAYERS for so in (ROOT / layer).rglob("*.so")] and not list(ROOT.glob("*__mypyc*"))
 
 
 def _has_commit(ref: str) -> bool:

@@ -3,34 +3,32 @@
 Every part of the gateway that asks "is the vehicle in the air?", "which
 HEARTBEAT is the autopilot's?", "how do I ask this autopilot for mode X?" or
 "what firmware is this?" asks here, so telemetry, commands and the shadow
-cannot disagree.
+cannot disagree. The facts that are pure functions of MAVLink numbers (armed,
+airborne, in a failsafe) are `mavjet.contract.vehicle`'s, re-exported here:
+analytics, which may import only the contract, decodes them the same way.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mavjet.contract.vehicle import AIRBORNE_LANDED_STATES, is_airborne, is_armed, is_failsafe_state
 from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
-from mavjet.drivers.mavlink.modes import Flavour, ModeTable
+from mavjet.drivers.mavlink.modes import Flavour, ModeTable, px4_unpack
 
 __all__ = [
     "AIRBORNE_LANDED_STATES",
     "FORCE_DISARM_MAGIC",
     "arm_params",
     "autopilot_version_fields",
+    "heartbeat_armed",
     "is_airborne",
+    "is_armed",
     "is_autopilot_heartbeat",
+    "is_failsafe_state",
     "is_vehicle_heartbeat",
     "set_mode_params",
 ]
-
-#: MAV_LANDED_STATE values in which the vehicle is off the ground.
-#: LANDING belongs here: a vehicle that is descending to land is still flying
-#: (it can be told to go around, a takeoff would be nonsense, and a disarm
-#: would drop it). Only ON_GROUND (and UNDEFINED: not known) are not airborne.
-AIRBORNE_LANDED_STATES: frozenset[int] = frozenset(
-    {mavlink2.MAV_LANDED_STATE_IN_AIR, mavlink2.MAV_LANDED_STATE_TAKEOFF, mavlink2.MAV_LANDED_STATE_LANDING}
-)
 
 #: MAV_CMD_COMPONENT_ARM_DISARM param2 that disarms even in flight (both ArduPilot and PX4).
 FORCE_DISARM_MAGIC = 21196.0
@@ -42,11 +40,6 @@ _NOT_AUTOPILOT_TYPES = frozenset({
 })
 _INVALID = mavlink2.MAV_AUTOPILOT_INVALID
 _CUSTOM_MODE_ENABLED = float(mavlink2.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED)
-
-
-def is_airborne(landed_state: int | None) -> bool:
-    """True while the vehicle is off the ground (IN_AIR, TAKEOFF or LANDING); False when unknown."""
-    return landed_state in AIRBORNE_LANDED_STATES
 
 
 def is_autopilot_heartbeat(mav_type: int, autopilot: int) -> bool:
@@ -64,6 +57,11 @@ def is_vehicle_heartbeat(msg: MavMessage, target_system: int, target_component: 
     )
 
 
+def heartbeat_armed(msg: MavMessage) -> bool:
+    """The armed bit of a HEARTBEAT message (`is_armed` of its base_mode)."""
+    return is_armed(int(msg.base_mode))
+
+
 def set_mode_params(modes: ModeTable, name: str) -> tuple[float, ...]:
     """MAV_CMD_DO_SET_MODE params for mode `name`; raises modes.UnknownMode.
 
@@ -74,7 +72,8 @@ def set_mode_params(modes: ModeTable, name: str) -> tuple[float, ...]:
     """
     custom = modes.custom_mode(name)
     if modes.flavour is Flavour.PX4:
-        return (_CUSTOM_MODE_ENABLED, float((custom >> 16) & 0xFF), float((custom >> 24) & 0xFF))
+        main, sub = px4_unpack(custom)
+        return (_CUSTOM_MODE_ENABLED, float(main), float(sub))
     return (_CUSTOM_MODE_ENABLED, float(custom))
 
 

@@ -289,8 +289,3 @@ class CommandProtocol:
             self._finish(now, CommandResult.TIMEOUT, None)
             return []
         return self._transmit(now)
-
-
-def heartbeat_armed(msg: MavMessage) -> bool:
-    """SAFETY_ARMED bit of a HEARTBEAT's base_mode."""
-    return bool(int(msg.base_mode) & mavlink2.MAV_MODE_FLAG_SAFETY_ARMED)

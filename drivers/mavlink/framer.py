@@ -174,7 +174,7 @@ class Framer:
                     i = end
                     if msg is None:
                         continue
-                    mtype = msg._type
+                    mtype = msg.get_type()  # pymavlink's decode: rare (strings), a call is nothing here
                 i = end
                 out.append(msg)
                 by_type[mtype] = by_type.get(mtype, 0) + 1
@@ -216,7 +216,8 @@ class Framer:
                 if msg is None:
                     continue
                 out.append(msg)
-                by_type[msg._type] = by_type.get(msg._type, 0) + 1
+                mtype = msg.get_type()
+                by_type[mtype] = by_type.get(mtype, 0) + 1
                 prev = last_seq.get(key)
                 if prev is not None:
                     gap = (seq - prev - 1) & 0xFF

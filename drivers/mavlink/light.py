@@ -3,8 +3,8 @@
 `LightMessage` subclasses are generated per message type, with `__slots__` and
 an `__init__` that takes the wire values: the same attribute names and value
 types as pymavlink's classes (arrays as lists) and the accessors the project
-uses (`get_type`, `get_srcSystem`, `get_srcComponent`, `get_seq`,
-`to_dict`), at a fraction of the construction cost; the header is a
+uses (`get_type`, `get_header`, `get_srcSystem`, `get_srcComponent`,
+`get_seq`, `to_dict`), at a fraction of the construction cost; the header is a
 `LightHeader`, the unpacked header tuple itself. They are for reading;
 outgoing messages are built with pymavlink.
 
@@ -59,6 +59,9 @@ class LightMessage:
 
     def get_msgId(self) -> int:
         return self._msgid
+
+    def get_header(self) -> LightHeader:
+        return self._header
 
     def get_srcSystem(self) -> int:
         return int(self._header.srcSystem)

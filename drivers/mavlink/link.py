@@ -14,8 +14,8 @@ The per-read path (decode, the vehicle's messages, its HEARTBEAT) is
 drivers/mavlink/inbound.py, which the gateway compiles with the rest of its
 hot path. Routing (gateway/routes.py) taps the whole frames received, as bytes
 (`tap_frames`), and injects frames as they are (`send_raw`): the `FrameTap`
-seam. The module is a little over 400 lines because the link's reconnect,
-keep-alive and tap duties share its transport and state.
+seam. The link's reconnect, keep-alive and tap duties stay in one module:
+they share its transport and state.
 """
 
 from __future__ import annotations
@@ -259,6 +259,10 @@ class MavlinkLink:
         """Return once the first autopilot heartbeat has arrived."""
         await self._ready.wait()
 
+    def heartbeats_stopped(self) -> None:
+        """The watchdog's verdict (`_LinkChores`): no heartbeat within the timeout, the link is lost."""
+        self._set_state(LinkState.LOST)
+
     # -- internals -------------------------------------------------------
     def _set_state(self, new: LinkState) -> None:
         old = self.state
@@ -400,7 +404,7 @@ class _LinkChores:
         if link.state is LinkState.UP:
             remaining = cfg.heartbeat_timeout_s - (now - link.last_heartbeat_mono)
             if remaining <= 0:
-                link._set_state(LinkState.LOST)
+                link.heartbeats_stopped()
             else:
                 due = min(due, now + remaining + 0.01)
         if now >= self._next_stream_check:

@@ -18,9 +18,9 @@ Out-of-sequence handling:
 Items are `MissionItem`s carrying the MISSION_ITEM_INT fields; float fields
 are float32 on the wire, so compare items with `MissionItem.canonical()`.
 
-Length: about 440 lines, over the project's ~400: the upload, download and
-clear machines share their item conversion, retry and timeout rules, and one
-module keeps the whole protocol readable top to bottom.
+One module on purpose: the upload, download and clear machines share their
+item conversion, retry and timeout rules, and the whole protocol reads top to
+bottom.
 """
 
 from __future__ import annotations

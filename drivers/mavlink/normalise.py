@@ -48,18 +48,17 @@ Generic autopilots: float32 params, int32 lat/lon, `current` 0, the _INT
 frame variants equal to the plain ones, fence/rally autocontinue ignored (0),
 and NaN params equal to 0 (PX4 too: NaN compares as 0).
 
-The module is longer than the usual 400 lines because every flavour's table
-lives here, side by side, so that a difference between autopilots is read in
-one place.
+Every flavour's table lives here, side by side, so that a difference between
+autopilots is read in one place.
 
 `digest_form(item)` is the flavour-independent form the mission digest is
 computed on: the ArduPilot form, the coarsest of the tables (it drops what
 ArduPilot drops), so one `desired.mission` digest fits a mixed fleet and the
 digest of a plan equals the digest of its read-back on every flavour.
 
-Length: about 470 lines, over the project's ~400: most of it is the per-flavour
-tables (which params each MAV_CMD uses and how each autopilot stores them),
-kept beside the one function that reads them.
+Most of the module is those per-flavour tables (which params each MAV_CMD
+uses and how each autopilot stores them), kept beside the one function that
+reads them.
 """
 
 from __future__ import annotations

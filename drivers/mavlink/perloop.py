@@ -23,6 +23,11 @@ class PerLoop:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this object belongs to."""
+        return self._loop
+
     @classmethod
     def for_loop(cls, loop: asyncio.AbstractEventLoop) -> Self:
         found = cls.existing(loop)
@@ -35,7 +40,7 @@ class PerLoop:
     def existing(cls, loop: asyncio.AbstractEventLoop) -> Self | None:
         """The loop's object if it has one now (never makes one): not a closed loop's whose id came back."""
         found = cls._by_loop.get(id(loop))
-        return cast(Self, found) if found is not None and found._loop is loop else None
+        return cast(Self, found) if found is not None and found.loop is loop else None
 
     def forget(self) -> None:
         """The loop's next `for_loop` makes a new one (this one is done: its last link or job is gone)."""

@@ -167,7 +167,7 @@ class ReactorTransport:
         self.fd = sock.fileno()
         self.sock_recv = sock.recv
         self._reactor = reactor
-        self._loop = reactor._loop
+        self._loop = reactor.loop
         self._inbox = inbox
         self.deliver: Callable[[bytes], None] = self._inbox.deliver
         self._wbuf = bytearray()  # not empty: the loop's writer callback is registered

@@ -29,7 +29,7 @@ from mavjet.contract.errors import (
     ConfigError,
     LinkError,
 )
-from mavjet.drivers.mavlink.autopilot import is_vehicle_heartbeat
+from mavjet.drivers.mavlink.autopilot import heartbeat_armed, is_vehicle_heartbeat
 from mavjet.drivers.mavlink.command import (
     CommandConfig,
     CommandOutcome,
@@ -37,7 +37,6 @@ from mavjet.drivers.mavlink.command import (
     CommandRequest,
     CommandResult,
     CommandState,
-    heartbeat_armed,
 )
 from mavjet.drivers.mavlink.dialect import MavMessage
 from mavjet.drivers.mavlink.mission import (

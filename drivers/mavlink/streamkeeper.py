@@ -119,7 +119,7 @@ class StreamKeeper:
                     )
                 with anyio.move_on_after(self._ack_timeout_s):
                     async for msg in inbox:
-                        if msg._type == "COMMAND_ACK" and msg.command == mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL:
+                        if msg.get_type() == "COMMAND_ACK" and msg.command == mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL:
                             if msg.result == mavlink2.MAV_RESULT_ACCEPTED:
                                 acks += 1
                                 if acks >= len(names):

@@ -74,7 +74,7 @@ async def _held(lock: anyio.Lock | None) -> AsyncIterator[None]:
 
     An autopilot serves one mission transfer at a time and a second one resets
     the first, so a vehicle's transfers must be serialised. The lock belongs to
-    whoever owns the vehicle (mavjet.drivers.mavlink.session.VehicleSession), not to
+    whoever owns the vehicle (mavjet.drivers.mavlink.vehiclesession.VehicleSession), not to
     this module: the runners stay free of global state.
     """
     if lock is None:

@@ -18,8 +18,9 @@ from typing import Any
 
 import anyio
 
-from mavjet.contract.commands import CmdResult, Command, CommandInvalid
+from mavjet.contract.commands import CmdResult, Command, CommandInvalid, CommandName
 from mavjet.contract.errors import LinkError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import BLOBS_BUCKET
 from mavjet.drivers.mavlink import autopilot
 from mavjet.drivers.mavlink.command import CommandResult as MavCommandResult
@@ -32,9 +33,10 @@ from mavjet.drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeou
 from mavjet.drivers.mavlink.plan import PlanError
 from mavjet.drivers.mavlink.terrain import terrain_points, terrain_refusals
 from mavjet.drivers.mavlink.transfers import MissionMismatch
-from mavjet.gateway.commands.logs import STARTED, started_data
+from mavjet.gateway.commands.logs import started_data
 from mavjet.gateway.services import NatsAccess, VehicleHandle
-from mavjet.gateway.stores.blobs import BlobError, BlobFailure, fetch_plan
+from mavjet.gateway.stores.blobs import fetch_plan
+from mavjet.gateway.stores.chunks import BlobError, BlobFailure
 from mavjet.gateway.twin.telemetry import Event
 
 _TEMPORARY = mavlink2.MAV_RESULT_TEMPORARILY_REJECTED
@@ -90,11 +92,11 @@ class MavAction:
 def set_mode_params(mode: str, modes: ModeTable | None) -> tuple[float, ...]:
     """MAV_CMD_DO_SET_MODE param1..3 for `mode` in the vehicle's flavour."""
     if modes is None:
-        raise CommandInvalid("set_mode: the vehicle's mode table is not known yet (no HEARTBEAT)", name="set_mode")
+        raise CommandInvalid(f"{CommandName.SET_MODE}: the vehicle's mode table is not known yet (no HEARTBEAT)", name=CommandName.SET_MODE)
     try:
         return autopilot.set_mode_params(modes, mode)
     except UnknownMode as exc:
-        raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
+        raise CommandInvalid(f"{CommandName.SET_MODE}: {exc}", name=CommandName.SET_MODE) from None
 
 
 def reason_texts(events: list[Event], prefixes: tuple[str, ...]) -> list[str]:
@@ -106,7 +108,7 @@ def reason_texts(events: list[Event], prefixes: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     for ev in events:
         text = str(ev.data.get("text", ""))
-        if ev.type == "statustext" and text.startswith(prefixes) and text not in out:
+        if ev.type == EventType.STATUSTEXT and text.startswith(prefixes) and text not in out:
             out.append(text)
     return out[:_REASONS_MAX]
 
@@ -115,7 +117,7 @@ def reason_texts(events: list[Event], prefixes: tuple[str, ...]) -> list[str]:
 def status_texts(vehicle: VehicleHandle) -> Iterator[list[Event]]:
     """Collect the vehicle's status text events while the block runs."""
     seen: list[Event] = []
-    unsubscribe = vehicle.subscribe(lambda ev: seen.append(ev) if ev.type == "statustext" else None)
+    unsubscribe = vehicle.subscribe(lambda ev: seen.append(ev) if ev.type == EventType.STATUSTEXT else None)
     try:
         yield seen
     finally:
@@ -231,7 +233,7 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
     # A verified fence from the plan protects only once switched on (unless the command says not to).
     enable = bool(plan.fence) and cmd.params.get("enable_fence", True) is not False
     uploaded["fence_enabled"] = await fence_switch(ctx, enable=enable)
-    ctx.vehicle.emit("mission_uploaded", object=obj_name, **uploaded)
+    ctx.vehicle.emit(EventType.MISSION_UPLOADED, object=obj_name, **uploaded)
     return Outcome(result=CmdResult.ACCEPTED, detail=f"{', '.join(parts)}, read back and verified", attempts=1,
                    extra=uploaded)
 
@@ -248,7 +250,7 @@ async def log_download(cmd: Command, ctx: ActionContext) -> Outcome:
         return Outcome(result=CmdResult.REJECTED, detail=f"log_download: no log {wanted} (the vehicle has {ids})",
                        attempts=1)
     data = started_data(ctx.vehicle.vid, found)
-    ctx.vehicle.emit(STARTED, **data)
+    ctx.vehicle.emit(EventType.LOG_DOWNLOAD_STARTED, **data)
     return Outcome(result=CmdResult.ACCEPTED, attempts=1, extra=data,
                    detail=f"log {found.log_id} ({found.size_bytes} bytes) downloading into {data['object']}")
 

@@ -51,6 +51,7 @@ from mavjet.contract.commands import (
     result_data,
 )
 from mavjet.contract.errors import LinkError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_subject
 from mavjet.gateway.commands.actions import ActionContext, Outcome, run_action
 from mavjet.gateway.commands.keepalive import KeepAlives
@@ -110,7 +111,7 @@ class CommandExecutor:
         self.cfg = cfg
         self.env = env
         self.keepalives = keepalives  # the command service's: one task sends every command's in_progress
-        self.result_subject = event_subject(env, vehicle.vid, "cmd_result")
+        self.result_subject = event_subject(env, vehicle.vid, EventType.CMD_RESULT)
         self.handled = 0
         self.duplicates = 0
         self.recovered = 0  # deliveries that found the command in flight (a gateway stopped mid-command)
@@ -322,7 +323,7 @@ class CommandExecutor:
         self.metrics.command_duration.labels(command=command, result=out.result.value).observe(
             time.monotonic() - self._received_s)
         # Handed over above: counted and passed to the vehicle's subscribers only.
-        self.vehicle.publish_event(Event("cmd_result", now_ns, data, msg_id), payload=entry.payload, enqueue=False)
+        self.vehicle.publish_event(Event(EventType.CMD_RESULT, now_ns, data, msg_id), payload=entry.payload, enqueue=False)
         log.info("command_finished", vehicle=self.vid, cmd_id=cmd_id, name=name, result=out.result,
                  mav_result=out.mav_result, detail=out.detail, attempts=out.attempts, deliveries=delivered,
                  latency_ms=round(latency_ms, 1))

@@ -21,8 +21,8 @@ one (invalid, rejected, expired) need no fsync either. And only one round
 trip to the worker thread per command: the final row of a command this
 process put in flight is appended to a plain file, the outcome log, from
 the event loop (one `write`, as crash-safe as a commit without fsync), and
-enters SQLite with the next transaction (`Ledger.record`). The log is why
-this module is a little over 400 lines: it shares the ledger's locks.
+enters SQLite with the next transaction (`Ledger.record`). The log lives here
+because it shares the ledger's locks.
 
 The ledger also records whether a final result was handed over (reached the
 durable event spool, or was stored by the stream), so a crash between the

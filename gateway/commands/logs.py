@@ -36,19 +36,20 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from mavjet.contract.errors import LinkError
+from mavjet.contract.events import EventType
 from mavjet.drivers.mavlink.logs import DEFAULT_LOG_CONFIG, LogConfig, LogEntry, LogError
 from mavjet.gateway.services import ServiceContext, VehicleHandle
-from mavjet.gateway.stores.blobs import BlobError
+from mavjet.gateway.stores.chunks import BlobError
 from mavjet.gateway.stores.logstore import object_name as log_object_name
 from mavjet.gateway.stores.logstore import put_log
 from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.logs")
 
-STARTED = "log_download_started"
-PROGRESS = "log_download_progress"
-DONE = "log_downloaded"
-FAILED = "log_download_failed"
+STARTED = EventType.LOG_DOWNLOAD_STARTED
+PROGRESS = EventType.LOG_DOWNLOAD_PROGRESS
+DONE = EventType.LOG_DOWNLOADED
+FAILED = EventType.LOG_DOWNLOAD_FAILED
 _POLL_S = 0.2  # how often a paused download looks at the link and the armed state
 
 

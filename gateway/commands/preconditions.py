@@ -8,27 +8,27 @@ which rule belongs to which command is decided once, in `spec.COMMANDS`.
 
 from __future__ import annotations
 
-from mavjet.contract.commands import Command, CommandInvalid
+from mavjet.contract.commands import Command, CommandInvalid, CommandName
 from mavjet.drivers.mavlink.autopilot import is_airborne
-from mavjet.drivers.mavlink.modes import ModeTable, UnknownMode
+from mavjet.drivers.mavlink.modes import (
+    ARDUPILOT_TAKEOFF_MODES,
+    Flavour,
+    ModeTable,
+    UnknownMode,
+    canonical_mode,
+)
 from mavjet.gateway.services import LiveState
-
-# Modes in which an ArduPilot vehicle accepts MAV_CMD_NAV_TAKEOFF.
-ARDUPILOT_TAKEOFF_MODES: dict[str, frozenset[str]] = {
-    "copter": frozenset({"GUIDED"}),
-    "plane": frozenset({"GUIDED", "TAKEOFF", "AUTO"}),
-}
 
 
 def check_mode(mode: str, modes: ModeTable | None) -> str:
     """The canonical mode name, or CommandInvalid listing the vehicle's modes."""
     if modes is None or not modes.names():
-        return mode.strip().upper()
+        return canonical_mode(mode)
     try:
         modes.custom_mode(mode)
     except UnknownMode as exc:
-        raise CommandInvalid(f"set_mode: {exc}", name="set_mode") from None
-    return mode.strip().upper()
+        raise CommandInvalid(f"{CommandName.SET_MODE}: {exc}", name=CommandName.SET_MODE) from None
+    return canonical_mode(mode)
 
 
 def failsafe_refusal(cmd: Command) -> str:
@@ -38,7 +38,7 @@ def failsafe_refusal(cmd: Command) -> str:
 
 def to_recovery_mode(cmd: Command, state: LiveState) -> bool:
     """set_mode to a recovery mode (RTL, LAND...) is allowed during a failsafe."""
-    return state.modes is not None and state.modes.is_recovery(str(cmd.params["mode"]).upper())
+    return state.modes is not None and state.modes.is_recovery(canonical_mode(str(cmd.params["mode"])))
 
 
 def takeoff_failure(cmd: Command, state: LiveState) -> str | None:
@@ -46,13 +46,13 @@ def takeoff_failure(cmd: Command, state: LiveState) -> str | None:
         return "takeoff needs the vehicle armed"
     if is_airborne(state.landed_state):
         return "takeoff refused: the vehicle is already in the air"
-    if state.flavour == "ardupilot":
+    if state.flavour == Flavour.ARDUPILOT:
         accepted = ARDUPILOT_TAKEOFF_MODES.get(state.vehicle_class)
         if accepted is None:
             return f"takeoff is not possible for a {state.vehicle_class}"
         if state.mode not in accepted:
             return f"takeoff needs mode {' or '.join(sorted(accepted))}, the vehicle is in {state.mode}"
-    elif state.flavour == "px4" and state.modes is not None and state.mode and state.modes.is_recovery(state.mode):
+    elif state.flavour == Flavour.PX4 and state.modes is not None and state.mode and state.modes.is_recovery(state.mode):
         return f"takeoff refused in recovery mode {state.mode}"
     return None
 

@@ -16,15 +16,15 @@ so the normal idle path returns `None` without raising. Only when the server
 does not answer at all (connection lost, a stale subscription) does a local
 deadline end the wait, also as `None`, and `answered` tells the two apart.
 
-It reads three attributes of nats-py's pull subscription (`_sub` with its
-`_pending_queue`, `_nms`, `_deliver`). Without them it falls back to
-`fetch`, so a nats-py upgrade costs speed, never correctness;
-tests/commands/test_pull.py watches the names.
+It reads nats-py's pull subscription through
+`mavjet.contract.natsadapter.PullInternals` (its request subject, inbox and
+queue). Without them, or on a nats-py version the adapter was not verified
+against, it falls back to `fetch`, so a nats-py upgrade costs speed, never
+correctness; tests/commands/test_pull.py watches the names.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -32,6 +32,8 @@ import anyio
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js.errors import APIError
+
+from mavjet.contract.natsadapter import PullInternals
 
 # The server's status codes on a pull request (ADR-13): heartbeat; no messages, request timeout, conflict.
 _HEARTBEAT = "100"
@@ -42,38 +44,31 @@ CONFLICT_PAUSE_S = 0.1
 ANSWER_GRACE_S = 2.0
 
 
-def has_internals(psub: Any) -> bool:
-    """Whether this nats-py pull subscription has what `PullOne` reads."""
-    inner = getattr(psub, "_sub", None)
-    return (isinstance(getattr(inner, "_pending_queue", None), asyncio.Queue)
-            and isinstance(getattr(psub, "_nms", None), str) and isinstance(getattr(psub, "_deliver", None), str))
-
-
 class PullOne:
     """`next(expires_s)`: the vehicle's next command, or `None` when the request ended without one."""
 
     def __init__(self, psub: Any) -> None:
         self.psub = psub
-        self.fast = has_internals(psub)
+        self._internals = PullInternals.of(psub)
+        self.fast = self._internals is not None
         self.answered = True  # False after a request the server never ended (see module docstring)
         self.conflicts = 0  # requests the server refused at once (409), each followed by a short pause
 
     async def next(self, expires_s: float) -> Msg | None:
-        if not self.fast:
+        internals = self._internals
+        if not self.fast or internals is None:
             return await self._fetch(expires_s)
-        inner = self.psub._sub
-        queue: asyncio.Queue[Msg] = inner._pending_queue
+        queue = internals.queue
         while not queue.empty():  # leftovers: a late command of an unanswered request, or stale statuses
-            msg = _taken(inner, queue.get_nowait())
+            msg = internals.taken(queue.get_nowait())
             if _status(msg) is None:
                 return msg
         expires_ns = int(expires_s * 1e9)
-        await self.psub._nc.publish(self.psub._nms, json.dumps({"batch": 1, "expires": expires_ns}).encode(),
-                                    self.psub._deliver)
+        await internals.request(json.dumps({"batch": 1, "expires": expires_ns}).encode())
         self.answered = False
         with anyio.move_on_after(expires_s + ANSWER_GRACE_S):
             while True:
-                msg = _taken(inner, await queue.get())
+                msg = internals.taken(await queue.get())
                 status = _status(msg)
                 if status is None:
                     self.answered = True
@@ -95,13 +90,6 @@ class PullOne:
         except nats.errors.TimeoutError:
             return None
         return msgs[0] if msgs else None
-
-
-def _taken(inner: Any, msg: Msg) -> Msg:
-    """Account for a message taken off the subscription's queue, as nats-py's `next_msg` does."""
-    inner._pending_size -= len(msg.data)
-    inner._pending_queue.task_done()
-    return msg
 
 
 def _status(msg: Msg) -> str | None:

@@ -1,11 +1,12 @@
-"""The event half of the publisher: the hand-over to the spool, the spool's drain, a result straight to the stream.
+"""The publisher's event path: the hand-over to the spool, the spool's drain, a result straight to the stream.
 
-`EventPublishing` is a part of `mavjet.gateway.publish.publisher.Publisher`, which owns the
-connection and the attributes declared here; it is kept in its own module
-for size, not as a second publisher. The rules are the publisher's
-(gateway/publish/publisher.py): every event goes through the durable spool, oldest
-first, with `Nats-Msg-Id`; a command's result may skip it when that keeps its
-vehicle's events in order (`publish_event_now`).
+`EventPath` is one part of `mavjet.gateway.publish.publisher.Publisher`,
+which makes it, hands it the connection once made (`attach`) and passes the
+event calls on to it; the state path and the connection stay in the
+publisher. The rules are the publisher's (gateway/publish/publisher.py):
+every event goes through the durable spool, oldest first, with
+`Nats-Msg-Id`; a command's result may skip it when that keeps its vehicle's
+events in order (`publish_event_now`).
 """
 
 from __future__ import annotations
@@ -17,42 +18,64 @@ import anyio
 import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from prometheus_client import Counter
 
+from mavjet.contract import natsadapter
 from mavjet.contract.envelope import CONTENT_TYPE
 from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.gateway.config import GatewayConfig
 from mavjet.gateway.publish.eventorder import EventsOnTheWay
-from mavjet.gateway.publish.spool import Drops, Spool, SpoolEntry
+from mavjet.gateway.publish.spool import DROP_ORDER, Drops, Spool, SpoolEntry
 from mavjet.gateway.publish.spooldrain import drain_spool
 from mavjet.gateway.publish.statepub import EventAcks, RawPublish, pub_ack_error
 from mavjet.gateway.runtime.metrics import GatewayMetrics
 
 log = structlog.get_logger("mavjet.nats")
 
+# Events waiting for the spool writer. The writer takes the whole queue per
+# transaction, so the queue only grows while one write is slow; far above any
+# burst the vehicles produce (a burst is a few events per vehicle).
+MAX_PENDING_EVENTS = 10_000
 
-class EventPublishing:
-    """Events to the spool and from it to JetStream; a part of `Publisher` (see the module docstring)."""
 
-    # The Publisher's, set in its __init__.
-    cfg: GatewayConfig
-    spool: Spool
-    metrics: GatewayMetrics
-    nc: Client | None
-    js: JetStreamContext | None
-    max_pending_events: int
-    events_spilled: int
-    events_direct: int
-    events_enqueued: int
-    events_published: int
-    _pending_events: deque[tuple[str, str, bytes]]
-    _on_the_way: EventsOnTheWay
-    _writing: int
-    _events_ready: anyio.Event
-    _spool_ready: anyio.Event
-    _m_spool_dropped: dict[str, Counter]
-    _raw_ok: bool
-    _event_acks: EventAcks | None
+class EventPath:
+    """Events to the spool and from it to JetStream (see the module docstring)."""
+
+    def __init__(self, cfg: GatewayConfig, spool: Spool, metrics: GatewayMetrics) -> None:
+        self.cfg = cfg
+        self.spool = spool
+        self.metrics = metrics
+        # The connection, set by `attach` once the publisher has one.
+        self.nc: Client | None = None
+        self.js: JetStreamContext | None = None
+        self._raw_ok = False  # the HPUB can go through nats-py's write buffer (`natsadapter.write_now`)
+        self._event_acks: EventAcks | None = None  # the direct publishes' (`publish_event_now`)
+        self._pending_events: deque[tuple[str, str, bytes]] = deque()
+        self._on_the_way = EventsOnTheWay()  # whose results may skip the spool (`publish_event_now`)
+        self._writing = 0  # events taken from the queue whose spool write is under way
+        self.events_direct = 0  # results published by `publish_event_now`, without the spool
+        self.max_pending_events = MAX_PENDING_EVENTS
+        self.events_spilled = 0  # events written to the spool from the loop because the queue was full
+        self.events_published = 0
+        self.events_enqueued = 0  # every event handed over, for "no event lost" checks (mavjet bench ingest)
+        self._events_ready = anyio.Event()
+        self._spool_ready = anyio.Event()
+        # Every class is exported from the start (at 0), so an alert can use increase() on it.
+        self._m_spool_dropped = {cls.value: metrics.spool_dropped.labels(cls.value) for cls in DROP_ORDER}
+
+    def attach(self, nc: Client, js: JetStreamContext, acks: EventAcks | None) -> None:
+        """The publisher's connection; `acks` when results may go through nats-py's write buffer."""
+        self.nc, self.js = nc, js
+        self._raw_ok, self._event_acks = acks is not None, acks
+        self.wake_drainer()
+
+    def wake_drainer(self) -> None:
+        """Have the drainer look at the spool (a connect, a reconnect, a write)."""
+        self._spool_ready.set()
+
+    @property
+    def waiting(self) -> bool:
+        """Events handed over and not yet published: queued for the spool, or in it."""
+        return bool(self._pending_events) or self.spool.depth > 0
 
     @property
     def is_connected(self) -> bool:
@@ -85,7 +108,7 @@ class EventPublishing:
         for cls, n in drops.by_class.items():
             self._m_spool_dropped[cls].inc(n)
         self.metrics.spool_depth.set(self.spool.depth)
-        self._spool_ready.set()
+        self.wake_drainer()
 
     async def flush_pending_to_spool(self) -> None:
         if not self._pending_events:
@@ -151,12 +174,12 @@ class EventPublishing:
 
     async def _publish_event_raw(self, nc: Client, acks: EventAcks, subject: str, headers: dict[str, str],
                                  payload: bytes) -> str | None:
-        """`js.publish` with the command on the socket at once (`RawPublish.write_now`); None once stored."""
+        """`js.publish` with the command on the socket at once (`natsadapter.write_now`); None once stored."""
         if len(payload) > nc.max_payload:
             return f"{len(payload)} bytes, over the server's max_payload {nc.max_payload}"
         reply, fut = acks.add()
         try:
-            if not RawPublish.write_now(nc, RawPublish.frame_once(subject, reply, headers, payload)):
+            if not natsadapter.write_now(nc, RawPublish.frame_once(subject, reply, headers, payload)):
                 return "no connection"
             with anyio.move_on_after(self.cfg.publish_timeout_s):
                 ack = await fut

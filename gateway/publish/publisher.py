@@ -17,7 +17,9 @@
   itself, which blocks intake instead of losing events or growing memory.
   Past the spool's bound what goes is chosen by the spool (`mavjet.gateway.publish.spool`:
   informational events first, busiest vehicle first, a `cmd_result` last).
-- The event half lives in gateway/publish/eventpub.py (`EventPublishing`).
+- The event path is its own object, `events` (gateway/publish/eventpub.py,
+  `EventPath`): the publisher makes it, hands it the connection and passes
+  the event calls on to it.
 - A command's result may skip the spool (`publish_event_now`): published
   and acked at once when its vehicle has no earlier event still waiting to
   be sent, so the vehicle's events keep their order; otherwise, and on any
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +39,13 @@ from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from mavjet.contract import natsconn
+from mavjet.contract import natsadapter, natsconn
 from mavjet.contract.envelope import CONTENT_TYPE
 from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.drivers.mavlink.transport import limit_read_size
 from mavjet.gateway.config import GatewayConfig
-from mavjet.gateway.publish.eventorder import EventsOnTheWay
-from mavjet.gateway.publish.eventpub import EventPublishing
-from mavjet.gateway.publish.spool import DROP_ORDER, Spool
+from mavjet.gateway.publish.eventpub import EventPath
+from mavjet.gateway.publish.spool import Spool
 from mavjet.gateway.publish.statepub import EventAcks, RawPublish, StateAcks, subscribe_direct
 from mavjet.gateway.publish.uplink import UplinkMonitor
 from mavjet.gateway.runtime.metrics import GatewayMetrics
@@ -53,21 +53,15 @@ from mavjet.gateway.twin.samples import StateSample
 
 log = structlog.get_logger("mavjet.nats")
 
-# Events waiting for the spool writer. The writer takes the whole queue per
-# transaction, so the queue only grows while one write is slow; far above any
-# burst the vehicles produce (a burst is a few events per vehicle).
-MAX_PENDING_EVENTS = 10_000
-
-
 
 def _limit_nats_read_size(nc: Client) -> None:
     """nats-py reads through an asyncio stream: the same 256 KiB allocation per read (drivers/mavlink/transport.py)."""
-    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
-    if writer is not None:
-        limit_read_size(writer.transport)
+    transport = natsadapter.stream_transport(nc)
+    if transport is not None:
+        limit_read_size(transport)
 
 
-class Publisher(EventPublishing):
+class Publisher:
     def __init__(self, cfg: GatewayConfig, spool: Spool, metrics: GatewayMetrics) -> None:
         self.cfg = cfg
         self.spool = spool
@@ -75,22 +69,13 @@ class Publisher(EventPublishing):
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.connected = anyio.Event()
-        self._pending_events: deque[tuple[str, str, bytes]] = deque()
-        self._on_the_way = EventsOnTheWay()  # whose results may skip the spool (`publish_event_now`)
-        self._writing = 0  # events taken from the queue whose spool write is under way
-        self.events_direct = 0  # results published by `publish_event_now`, without the spool
-        self.max_pending_events = MAX_PENDING_EVENTS
-        self.events_spilled = 0  # events written to the spool from the loop because the queue was full
-        self._events_ready = anyio.Event()
-        self._spool_ready = anyio.Event()
+        self.events = EventPath(cfg, spool, metrics)
         # Optional sink for each acked sample's receive->ack latency (ns). The metric's histogram
         # serves operators; a benchmark that wants exact percentiles plugs in here instead of the
         # publisher keeping a buffer nobody reads in production.
         self.on_state_ack: Callable[[int], None] | None = None
         self.state_published = 0
         self.state_dropped = 0
-        self.events_published = 0
-        self.events_enqueued = 0  # every event handed over, for "no event lost" checks (mavjet bench ingest)
         self._inflight = 0
         self._state_seq = 0
         # Label lookups cost ~6 us each: resolve the hot-path children once.
@@ -99,23 +84,54 @@ class Publisher(EventPublishing):
         self._m_state_error = metrics.publishes.labels(kind="state", result="error")
         self._m_state_dropped = metrics.publishes.labels(kind="state", result="dropped")
         self._m_state_latency = metrics.publish_latency.labels(kind="state")
-        # Every class is exported from the start (at 0), so an alert can use increase() on it.
-        self._m_spool_dropped = {cls.value: metrics.spool_dropped.labels(cls.value) for cls in DROP_ORDER}
         self._state_error_logged = -1e9
         self._state_headers = {"Content-Type": CONTENT_TYPE}
         self._raw = RawPublish(self._state_headers)
-        self._raw_ok = False  # set at connect: nats-py has the buffer RawPublish writes to
+        self._raw_ok = False  # set at connect: nats-py has the write buffer (`natsadapter.has_write_buffer`)
         self._shutting_down = False  # set by shutdown(): the disconnect that follows is ours
         self._acks: StateAcks | None = None
-        self._event_acks: EventAcks | None = None  # the direct publishes' (`publish_event_now`)
         # Link-adaptive shaping (gateway/publish/uplink.py): off while the uplink is healthy.
         self.uplink = UplinkMonitor(cfg.uplink, metrics=metrics.uplink,
-                                    higher_pending=lambda: self.events_waiting)
+                                    higher_pending=lambda: self.events.waiting)
+
+    # -- the event path (`self.events`), as the daemon, its services and the benchmarks call it ----------
+    @property
+    def is_connected(self) -> bool:
+        return self.nc is not None and self.nc.is_connected
 
     @property
     def events_waiting(self) -> bool:
         """Events handed over and not yet published: queued for the spool, or in it."""
-        return bool(self._pending_events) or self.spool.depth > 0
+        return self.events.waiting
+
+    @property
+    def events_enqueued(self) -> int:
+        return self.events.events_enqueued
+
+    @property
+    def events_published(self) -> int:
+        return self.events.events_published
+
+    @property
+    def events_direct(self) -> int:
+        return self.events.events_direct
+
+    def enqueue_event(self, subject: str, msg_id: str, payload: bytes) -> None:
+        """Hot-path safe: hand an event to the spool writer (`EventPath.enqueue_event`)."""
+        self.events.enqueue_event(subject, msg_id, payload)
+
+    async def publish_event_now(self, subject: str, msg_id: str, payload: bytes) -> bool:
+        """One event straight to JetStream, True once stored (`EventPath.publish_event_now`)."""
+        return await self.events.publish_event_now(subject, msg_id, payload)
+
+    async def flush_pending_to_spool(self) -> None:
+        await self.events.flush_pending_to_spool()
+
+    async def drain_spool_once(self) -> int:
+        return await self.events.drain_spool_once()
+
+    async def spool_drainer(self) -> None:
+        await self.events.spool_drainer()
 
     # -- connection --------------------------------------------------------
     async def _on_disconnected(self) -> None:
@@ -132,7 +148,7 @@ class Publisher(EventPublishing):
         if self.nc is not None:
             _limit_nats_read_size(self.nc)  # a new socket after a reconnect
         log.info("nats_reconnected", server=url)
-        self._spool_ready.set()
+        self.events.wake_drainer()
 
     async def _on_error(self, exc: Exception) -> None:
         self.metrics.nats_error(exc)
@@ -163,7 +179,8 @@ class Publisher(EventPublishing):
                 continue
             self.nc = nc
             _limit_nats_read_size(nc)
-            self._raw_ok = RawPublish.usable(nc)
+            self._raw_ok = natsadapter.has_write_buffer(nc)
+            event_acks: EventAcks | None = None
             if self._raw_ok:
                 acks = StateAcks(nc.new_inbox(), timeout_ns=int(self.cfg.publish_timeout_s * 1e9),
                                  on_ack=self._state_acked, on_error=self._state_failed)
@@ -171,12 +188,12 @@ class Publisher(EventPublishing):
                 self._acks = acks
                 event_acks = EventAcks(nc.new_inbox())
                 await subscribe_direct(nc, event_acks.subject, event_acks.on_msg)
-                self._event_acks = event_acks
-            self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, publish_async_max_pending=self.cfg.max_inflight_state)
+            js = self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s,
+                                        publish_async_max_pending=self.cfg.max_inflight_state)
             self.metrics.nats_connected.set(1)
             log.info("nats_connected", server=natsconn.server_name(nc))  # host:port, never the URL's userinfo
             self.connected.set()
-            self._spool_ready.set()
+            self.events.attach(nc, js, event_acks)  # wakes the drainer
             return
 
     # -- state -------------------------------------------------------------
@@ -288,7 +305,7 @@ class Publisher(EventPublishing):
             return
         self._inflight += acked
         try:
-            await self._raw.write(nc, cmds)
+            await natsadapter.write_commands(nc, cmds)
         except Exception:
             self.state_dropped += len(cmds)
             self._m_state_dropped.inc(len(cmds))
@@ -298,10 +315,10 @@ class Publisher(EventPublishing):
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self.spool_writer, name="nats.spool_writer")
+            tg.start_soon(self.events.spool_writer, name="nats.spool_writer")
             task_status.started()
             await self.connect_forever()
-            tg.start_soon(self.spool_drainer, name="nats.spool_drainer")
+            tg.start_soon(self.events.spool_drainer, name="nats.spool_drainer")
             tg.start_soon(self.uplink.run, lambda: self.nc, name="nats.uplink")
 
     async def shutdown(self, timeout_s: float) -> None:

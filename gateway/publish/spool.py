@@ -30,42 +30,22 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import lru_cache
 from itertools import chain, islice
 from pathlib import Path
-from types import MappingProxyType
 
 import structlog
 
+from mavjet.contract.events import SPOOL_CLASS, SpoolClass
 from mavjet.contract.subjects import parse_subject
 from mavjet.gateway.publish.sqlite import SqliteWorker
 
 log = structlog.get_logger("mavjet.spool")
 
 
-class SpoolClass(StrEnum):
-    """What an event is worth when the spool is over its bound (the `class` label of the drop metric)."""
-
-    INFO = "info"
-    SAFETY = "safety"
-    CMD_RESULT = "cmd_result"
-
-
-# The one table of priorities, by event type; every other type is INFO.
-# link_restored and geofence_breach sit with the safety events they answer or
-# belong with: an audit trail holding a `link_lost` without its `link_restored`
-# shows a vehicle lost for good.
-EVENT_CLASS: Mapping[str, SpoolClass] = MappingProxyType({
-    "cmd_result": SpoolClass.CMD_RESULT,
-    "failsafe": SpoolClass.SAFETY,
-    "link_lost": SpoolClass.SAFETY,
-    "link_restored": SpoolClass.SAFETY,
-    "armed": SpoolClass.SAFETY,
-    "disarmed": SpoolClass.SAFETY,
-    "geofence_breach": SpoolClass.SAFETY,
-    "events_suppressed": SpoolClass.SAFETY,
-})
+# The one table of priorities, by event type, is the catalogue's (contract/events.py,
+# `EventSpec.spool`); every type it does not raise is INFO.
+EVENT_CLASS: Mapping[str, SpoolClass] = SPOOL_CLASS
 
 # Over the bound, classes give up their events in this order.
 DROP_ORDER = (SpoolClass.INFO, SpoolClass.SAFETY, SpoolClass.CMD_RESULT)

@@ -15,11 +15,12 @@ receive-to-ack latency, an `"error"` in it or a no-responders status counts
 as an error. An ack that never comes (a disconnect, a server that lost it)
 expires after the publish timeout, so the in-flight bound cannot wedge.
 
-nats-py's write buffer is private API (`_pending`, `_pending_data_size`,
-`_flush_pending`, `_flush_queue`, `_max_pending_size`): `RawPublish.usable`
-checks for it at connect, and without it the publisher falls back to
-`nc.publish` and `js.publish_async`. `tests/gateway/test_publisher_raw.py`
-checks that subscribers and the stream see the same messages either way.
+nats-py's write buffer is private API, written through
+`mavjet.contract.natsadapter` (`write_commands`, `write_now`): the publisher
+asks `has_write_buffer` at connect, and without it (or on a nats-py version
+the adapter was not verified against) falls back to `nc.publish` and
+`js.publish_async`. `tests/gateway/test_publisher_raw.py` checks that
+subscribers and the stream see the same messages either way.
 """
 
 from __future__ import annotations
@@ -31,15 +32,14 @@ from typing import Any
 
 import structlog
 from nats.aio.client import Client
-from nats.aio.transport import Transport as NatsTransport
+
+from mavjet.contract import natsadapter
 
 log = structlog.get_logger("mavjet.nats")
 
-_WRITE_BUFFER = ("_pending", "_pending_data_size", "_flush_pending", "_flush_queue", "_max_pending_size")
-
 
 class RawPublish:
-    """HPUB commands with one constant header, appended to nats-py's write buffer in batches."""
+    """HPUB commands with one constant header, for nats-py's write buffer (`natsadapter.write_commands`)."""
 
     def __init__(self, headers: dict[str, str]) -> None:
         self.header = _header_block(headers)
@@ -47,10 +47,6 @@ class RawPublish:
         # Per subject, the command with everything but the lengths and the payload filled in, without and
         # with a reply subject: one %-format of two or three values a sample instead of five or six.
         self._templates: dict[str, tuple[bytes, bytes]] = {}
-
-    @staticmethod
-    def usable(nc: Client) -> bool:
-        return all(hasattr(nc, a) for a in _WRITE_BUFFER)
 
     def _template(self, subject: str) -> tuple[bytes, bytes]:
         if len(self._templates) > 100_000:
@@ -73,66 +69,6 @@ class RawPublish:
         if reply:
             return replied % (reply, self._hlen + len(payload), payload)
         return plain % (self._hlen + len(payload), payload)
-
-    @staticmethod
-    def write_now(nc: Client, cmd: bytes) -> bool:
-        """Append one command to the client's buffer and hand the whole buffer to the socket now.
-
-        For a command result (`Publisher.publish_event_now`). Unlike `write`
-        it does not wait for the socket to keep up: behind a backlog the
-        transport buffers the result, after everything queued before it, so
-        nothing is overtaken. False, with nothing written, without a
-        transport (the caller publishes another way).
-        """
-        transport = getattr(nc, "_transport", None)
-        if transport is None:
-            return False
-        nc._pending.append(cmd)
-        nc.stats["out_msgs"] += 1
-        _send_pending(nc, transport)
-        return True
-
-    @staticmethod
-    async def write(nc: Client, cmds: list[bytes]) -> None:
-        """Append framed commands to the client's buffer and send it: straight to the socket while it keeps up.
-
-        Waking nats-py's flusher, as `nc.publish` does, put one more pass of an
-        event loop busy with thousands of vehicles between a tick and the
-        socket: at 2,000 vehicles p50 7 ms, p99 77 ms of a sample's
-        receive-to-ack latency (docs/performance.md). While the socket takes
-        everything (the transport buffers nothing), the buffer goes out here,
-        whole and in order. When it does not, the flusher writes and waits for
-        the socket to drain, as before: that is the back-pressure.
-        """
-        data = b"".join(cmds)
-        nc._pending.append(data)
-        nc._pending_data_size += len(data)
-        nc.stats["out_msgs"] += len(cmds)
-        transport = nc._transport
-        if transport is not None and _socket_keeps_up(nc):
-            _send_pending(nc, transport)
-        elif nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
-            await nc._flush_pending(force_flush=True)
-        elif nc._flush_queue is not None and nc._flush_queue.empty():
-            await nc._flush_pending()
-
-
-def _send_pending(nc: Client, transport: NatsTransport) -> None:
-    """Hand the client's whole buffer to its transport, in order, and empty it (what the flusher does, minus the wait)."""
-    pending = nc._pending
-    nc._pending, nc._pending_data_size = [], 0
-    transport.writelines(pending)
-
-
-def _socket_keeps_up(nc: Client) -> bool:
-    """The client is connected over a plain stream whose transport holds nothing back."""
-    if not nc.is_connected:
-        return False
-    writer = getattr(nc._transport, "_io_writer", None)  # None: a websocket transport, or none yet
-    if writer is None:
-        return False
-    transport = writer.transport
-    return not transport.is_closing() and transport.get_write_buffer_size() == 0
 
 
 class DirectDelivery:
@@ -178,12 +114,12 @@ async def subscribe_direct(nc: Client, subject: str, handler: Callable[[Any], No
     """Subscribe `handler` to `subject`, called in nats-py's read task (`DirectDelivery`).
 
     Falls back to an ordinary callback subscription when nats-py's
-    subscription has no queue to stand in for; returns whether delivery is direct.
+    subscription has no queue to stand in for (`natsadapter.replace_queue`);
+    returns whether delivery is direct.
     """
     # No callback: no task of its own. No byte limit: nothing is queued, so nothing counts down.
     sub = await nc.subscribe(subject, pending_bytes_limit=0)
-    if isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue):
-        sub._pending_queue = DirectDelivery(handler)  # type: ignore[assignment]
+    if natsadapter.replace_queue(sub, DirectDelivery(handler)):
         return True
     await sub.unsubscribe()
 

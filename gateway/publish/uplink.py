@@ -107,7 +107,7 @@ class Why(StrEnum):
 
 
 class BulkPacer(Protocol):
-    """What a bulk transfer (mavjet.gateway.stores.blobs.put_chunks) asks before each chunk."""
+    """What a bulk transfer (mavjet.gateway.stores.chunks.put_chunks) asks before each chunk."""
 
     def bulk_chunk_bytes(self, default: int, previous: int) -> int:
         """The next chunk's size, given the previous one's (0 for the first)."""

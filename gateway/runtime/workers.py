@@ -36,9 +36,9 @@ sd_notify protocol (gateway/runtime/sdnotify.py, a socket per worker); one silen
 SIGTERM to every worker, which drains as a single gateway does; the wait is
 shielded and bounded, then SIGKILL.
 
-Length: about 410 lines, over the project's ~400, on purpose: the slicing, the
-kernel steering and the supervisor decide together which one process holds a
-vehicle's command consumer, and are reviewed as one piece.
+One module on purpose: the slicing, the kernel steering and the supervisor
+decide together which one process holds a vehicle's command consumer, and are
+reviewed as one piece.
 """
 
 from __future__ import annotations

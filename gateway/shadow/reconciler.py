@@ -33,6 +33,7 @@ import anyio
 import structlog
 
 from mavjet.contract.errors import LinkError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import shadow_key
 from mavjet.drivers.mavlink.autopilot import is_airborne
 from mavjet.drivers.mavlink.modes import RECOVERY_MODES
@@ -64,7 +65,10 @@ from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.shadow")
 
-_WAKE_EVENTS = frozenset({"link_restored", "link_lost", "mode_changed", "armed", "disarmed", "failsafe"})
+_WAKE_EVENTS = frozenset({
+    EventType.LINK_RESTORED, EventType.LINK_LOST, EventType.MODE_CHANGED, EventType.ARMED, EventType.DISARMED,
+    EventType.FAILSAFE,
+})
 
 
 class VehicleReconciler:
@@ -109,18 +113,18 @@ class VehicleReconciler:
 
     # -- inputs -------------------------------------------------------------------------
     def _on_event(self, ev: Event) -> None:
-        if ev.type == "param_value":
+        if ev.type == EventType.PARAM_VALUE:
             self._on_param_value(ev)
             return
-        if ev.type not in _WAKE_EVENTS and ev.type != "statustext":
+        if ev.type not in _WAKE_EVENTS and ev.type != EventType.STATUSTEXT:
             return
         now = time.monotonic()
-        if ev.type == "statustext":
+        if ev.type == EventType.STATUSTEXT:
             self.flight.on_statustext(str(ev.data.get("text", "")), now)
             return
-        if ev.type == "mode_changed":
+        if ev.type == EventType.MODE_CHANGED:
             self.flight.on_mode(str(ev.data.get("mode")), now)
-        if ev.type == "link_restored":
+        if ev.type == EventType.LINK_RESTORED:
             self._invalidate("link restored")
         self.flight.changed()
         self._wake.set()
@@ -258,7 +262,7 @@ class VehicleReconciler:
         if now_converged and not self.converged:
             duration = round(time.monotonic() - self.flight.revision_seen_mono, 3)
             if d.revision:
-                self.vehicle.emit("shadow_converged", desired_revision=d.revision, duration_s=duration)
+                self.vehicle.emit(EventType.SHADOW_CONVERGED, desired_revision=d.revision, duration_s=duration)
             log.info("shadow_converged", vehicle=self.vid, revision=d.revision, duration_s=duration)
         self.converged = now_converged
 

@@ -6,7 +6,7 @@ are hash-addressed, so no subject pattern matches one vehicle's objects. Here
 every subject of a vehicle's logs starts with `fleet.<env>.veh.<vid>.logs.`:
 
 - `...logs.c.<sha256 hex>`: the log's bytes in chunks, written by
-  `mavjet.gateway.stores.blobs.put_chunks` (the same code TWIN_BLOBS uses: the stream is the
+  `mavjet.gateway.stores.chunks.put_chunks` (the same code TWIN_BLOBS uses: the stream is the
   upload journal, a cut upload resumes after the last stored chunk, a log
   stored twice is sent once);
 - `...logs.n.<log id>-<date>.bin`: the name record (sha256, size, chunks),
@@ -38,6 +38,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from mavjet.contract import natsadapter
 from mavjet.contract.subjects import (
     LOGS_STREAM,
     log_chunk_subject,
@@ -45,7 +46,7 @@ from mavjet.contract.subjects import (
     log_records_filter,
 )
 from mavjet.gateway.publish.uplink import BulkPacer
-from mavjet.gateway.stores.blobs import (
+from mavjet.gateway.stores.chunks import (
     CHUNK_HEADER,
     DEFAULT_CHUNK_BYTES,
     BlobError,
@@ -160,7 +161,7 @@ class _FilteredConsumer:
         self.pending = 0
 
     async def start(self, *, start_seq: int | None = None, last_per_subject: bool = False) -> None:
-        nc = self.js._nc  # nats-py keeps the connection here; the inbox must be under the credential's prefix
+        nc = natsadapter.client_of(self.js)  # the inbox must be under the credential's prefix
         inbox = nc.new_inbox()
         self.sub = await nc.subscribe(inbox)
         if last_per_subject:

@@ -36,6 +36,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import TRACKS_STREAM, track_subject
 from mavjet.contract.tracks import encode_sample, track_msg_id, track_sample
 from mavjet.drivers.mavlink.backoff import Backoff
@@ -80,8 +81,8 @@ class TrackRecorder:
 
     def _on_event(self, vid: str, tv: TelemetryView, ev: Event) -> None:
         """`armed` flipped: a sample now, at the event's time, so the track spans the flight exactly."""
-        if ev.type in ("armed", "disarmed") and ev.time_ns > self._last_ns.get(vid, 0):
-            self._sample(vid, tv, ev.time_ns, armed=ev.type == "armed")
+        if ev.type in (EventType.ARMED, EventType.DISARMED) and ev.time_ns > self._last_ns.get(vid, 0):
+            self._sample(vid, tv, ev.time_ns, armed=ev.type == EventType.ARMED)
 
     def tick(self, ctx: ServiceContext) -> None:
         """One sample per armed vehicle with a position newer than its last sample."""

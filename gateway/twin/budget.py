@@ -8,9 +8,10 @@ published but counted, and once per `window_s` per type the count goes out as
 ONE `events_suppressed` event. The defaults are far above a real flight's
 rates, so only a flood is ever held back.
 
-Exempt (never suppressed): `cmd_result` (every command ends in exactly one
+Exempt (never suppressed): the types the catalogue marks `budget_exempt`
+(contract/events.py): `cmd_result` (every command ends in exactly one
 result, whatever else the vehicle does), `events_suppressed` itself, and the
-gateway's own `gateway_started` / `gateway_stopped`.
+gateway's own start and stop.
 
 Pure and synchronous: the caller passes the time in.
 """
@@ -20,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mavjet.contract.errors import ConfigError
+from mavjet.contract.events import BUDGET_EXEMPT
 
-EXEMPT_TYPES = frozenset({"cmd_result", "events_suppressed", "gateway_started", "gateway_stopped"})
+EXEMPT_TYPES: frozenset[str] = BUDGET_EXEMPT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ Status text follows gateway/twin/statustext.py: repeats collapsed per window,
 in-gateway subscribers as `internal` events (a command waiting for the
 reason of a refusal must see every PreArm line).
 
-Length: about 430 lines, over the project's ~400, because it is the hot
+Length: about 470 lines, over the project's ~400, because it is the hot
 loop: one `update()` dispatch per message over plain attributes; splitting
 the handlers across modules would add a call per message.
 """
@@ -22,11 +22,19 @@ the handlers across modules would add a call per message.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mavjet.contract.events import EventType
 from mavjet.contract.units import haversine_m
-from mavjet.drivers.mavlink.autopilot import is_airborne, is_autopilot_heartbeat
+from mavjet.contract.vehicle import MAV_LANDED_STATE_IN_AIR, MAV_LANDED_STATE_ON_GROUND
+from mavjet.drivers.mavlink.autopilot import (
+    is_airborne,
+    is_armed,
+    is_autopilot_heartbeat,
+    is_failsafe_state,
+)
 from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
 from mavjet.drivers.mavlink.modes import ModeTable, flavour_of, table_for
 from mavjet.drivers.mavlink.params import decode_param_id, decode_param_value, encoding_for
@@ -38,9 +46,7 @@ from mavjet.gateway.twin.statustext import (
     text_data,
 )
 
-_ARMED = mavlink2.MAV_MODE_FLAG_SAFETY_ARMED
-_FAILSAFE_STATES = (mavlink2.MAV_STATE_CRITICAL, mavlink2.MAV_STATE_EMERGENCY)
-_ON_GROUND = mavlink2.MAV_LANDED_STATE_ON_GROUND
+_ON_GROUND = MAV_LANDED_STATE_ON_GROUND
 _FAILSAFE_WORDS = (
     ("battery", "battery"), ("gcs", "gcs"), ("radio", "radio"), ("throttle", "radio"),
     ("ekf", "ekf"), ("fence", "geofence"), ("crash", "crash"),
@@ -165,40 +171,40 @@ class TelemetryModel:
 
     # -- the hot path ------------------------------------------------------
     def update(self, msg: MavMessage, recv_ns: int) -> None:
-        handler = _HANDLERS.get(msg._type)
+        handler = _BY_CLASS.get(type(msg), _first_of_class)
         if handler is not None:
             handler(self, msg, recv_ns)
 
     def update_many(self, msgs: list[MavMessage], recv_ns: int) -> None:
         """`update` for a batch received together: one call per batch, not per message."""
-        handlers = _HANDLERS
+        by_class = _BY_CLASS
         for msg in msgs:
-            handler = handlers.get(msg._type)
+            handler = by_class.get(type(msg), _first_of_class)
             if handler is not None:
                 handler(self, msg, recv_ns)
 
-    def _heartbeat(self, m: MavMessage, recv_ns: int) -> None:
+    def on_heartbeat(self, m: MavMessage, recv_ns: int) -> None:
         if not is_autopilot_heartbeat(m.type, m.autopilot):
             return
         if self.modes is None:
             self.modes = table_for(m.autopilot, m.type)
             self.flavour = flavour_of(m.autopilot).value
             self.vehicle_class = self.modes.vehicle_class.value
-            self.sysid = m._header.srcSystem
-        armed = bool(m.base_mode & _ARMED)
+            self.sysid = m.get_srcSystem()
+        armed = is_armed(m.base_mode)
         mode = self.modes.name(m.custom_mode)
         prev_mode, prev_armed = self.mode, self.armed
         self.custom_mode = m.custom_mode
         if prev_mode is not None and mode != prev_mode:
             self.mode = mode
-            self.emit("mode_changed", recv_ns, previous_mode=prev_mode, custom_mode=m.custom_mode)
+            self.emit(EventType.MODE_CHANGED, recv_ns, previous_mode=prev_mode, custom_mode=m.custom_mode)
         self.mode = mode
         if prev_armed is not None and armed != prev_armed:
             self.armed = armed
             if armed:
                 f = self._flight = _Flight(armed_at_ns=recv_ns, battery_at_arm_pct=self.battery_pct)
                 f.last_lat, f.last_lon = self.lat_deg, self.lon_deg
-                self.emit("armed", recv_ns)
+                self.emit(EventType.ARMED, recv_ns)
             else:
                 # ArduPilot disarms at touchdown, often before the next 1 Hz
                 # EXTENDED_SYS_STATE says ON_GROUND: land first, then disarm.
@@ -209,16 +215,16 @@ class TelemetryModel:
                 if f.battery_at_arm_pct is not None and self.battery_pct is not None:
                     used = round(f.battery_at_arm_pct - self.battery_pct, 2)
                 self.emit(
-                    "disarmed", recv_ns, max_alt_m=round(f.max_alt_m, 2), distance_m=round(f.distance_m, 1),
+                    EventType.DISARMED, recv_ns, max_alt_m=round(f.max_alt_m, 2), distance_m=round(f.distance_m, 1),
                     battery_used_pct=used, flight_s=round((recv_ns - f.armed_at_ns) / 1e9, 1) if f.armed_at_ns else None,
                 )
         self.armed = armed
         prev_status = self.system_status
         self.system_status = m.system_status
-        critical = m.system_status in _FAILSAFE_STATES
+        critical = is_failsafe_state(m.system_status)
         if critical and not self.failsafe_active:
             self._start_failsafe(recv_ns)
-        elif not critical and prev_status in _FAILSAFE_STATES and self.failsafe_active:
+        elif not critical and is_failsafe_state(prev_status) and self.failsafe_active:
             self.failsafe_active = False
         self._set_status(recv_ns)
 
@@ -227,7 +233,7 @@ class TelemetryModel:
         kind = "unknown"
         if self._failsafe_hint is not None and t_ns - self._failsafe_hint[0] < _STATUSTEXT_FAILSAFE_WINDOW_NS:
             kind = self._failsafe_hint[1]
-        self.emit("failsafe", t_ns, failsafe_type=kind, action_taken=self.mode, system_status=self.system_status)
+        self.emit(EventType.FAILSAFE, t_ns, failsafe_type=kind, action_taken=self.mode, system_status=self.system_status)
 
     def _set_status(self, t_ns: int) -> None:
         self._set(
@@ -244,7 +250,7 @@ class TelemetryModel:
             },
         )
 
-    def _global_position(self, m: MavMessage, recv_ns: int) -> None:
+    def on_global_position(self, m: MavMessage, recv_ns: int) -> None:
         lat, lon = m.lat * 1e-7, m.lon * 1e-7
         alt_rel = m.relative_alt * 1e-3
         self.lat_deg, self.lon_deg, self.alt_m, self.alt_msl_m = lat, lon, alt_rel, m.alt * 1e-3
@@ -268,12 +274,12 @@ class TelemetryModel:
             f.last_lat, f.last_lon = lat, lon
             if not self._seen_extended_state:
                 # No EXTENDED_SYS_STATE: infer airborne from height above home.
-                if self.landed_state != mavlink2.MAV_LANDED_STATE_IN_AIR and alt_rel > 1.0:
-                    self._landed_transition(mavlink2.MAV_LANDED_STATE_IN_AIR, recv_ns)
-                elif self.landed_state == mavlink2.MAV_LANDED_STATE_IN_AIR and alt_rel < 0.3 and abs(vd) < 0.2:
+                if self.landed_state != MAV_LANDED_STATE_IN_AIR and alt_rel > 1.0:
+                    self._landed_transition(MAV_LANDED_STATE_IN_AIR, recv_ns)
+                elif self.landed_state == MAV_LANDED_STATE_IN_AIR and alt_rel < 0.3 and abs(vd) < 0.2:
                     self._landed_transition(_ON_GROUND, recv_ns)
 
-    def _attitude(self, m: MavMessage, recv_ns: int) -> None:
+    def on_attitude(self, m: MavMessage, recv_ns: int) -> None:
         d = _RAD_TO_DEG  # math.degrees is this very multiplication, without a call per field
         self.channels["attitude"] = {
             "roll_deg": m.roll * d, "pitch_deg": m.pitch * d, "yaw_deg": m.yaw * d,
@@ -284,14 +290,14 @@ class TelemetryModel:
         self.updated.add("attitude")
         self.samples += 1
 
-    def _vfr_hud(self, m: MavMessage, recv_ns: int) -> None:
+    def on_vfr_hud(self, m: MavMessage, recv_ns: int) -> None:
         pos = self.channels.get("position")
         if pos is not None:
             pos["airspeed_m_s"] = m.airspeed
             pos["climb_m_s"] = m.climb
             pos["throttle_pct"] = m.throttle
 
-    def _sys_status(self, m: MavMessage, recv_ns: int) -> None:
+    def on_sys_status(self, m: MavMessage, recv_ns: int) -> None:
         if m.battery_remaining >= 0:
             self.battery_pct = float(m.battery_remaining)
         bat = self.channels.get("battery") or {}
@@ -305,7 +311,7 @@ class TelemetryModel:
         )
         self._set("battery", recv_ns, bat)
 
-    def _battery_status(self, m: MavMessage, recv_ns: int) -> None:
+    def on_battery_status(self, m: MavMessage, recv_ns: int) -> None:
         bat = self.channels.get("battery") or {}
         cells = [v for v in m.voltages if v not in (65535, 0)]
         bat.update(
@@ -326,11 +332,11 @@ class TelemetryModel:
         else:
             self._set("battery", recv_ns, bat)
 
-    def _gps_raw(self, m: MavMessage, recv_ns: int) -> None:
+    def on_gps_raw(self, m: MavMessage, recv_ns: int) -> None:
         prev = self.fix_type
         self.fix_type, self.satellites = m.fix_type, m.satellites_visible
         if prev is not None and prev != m.fix_type:
-            self.emit("gps_fix_changed", recv_ns, fix_type=m.fix_type, previous_fix_type=prev,
+            self.emit(EventType.GPS_FIX_CHANGED, recv_ns, fix_type=m.fix_type, previous_fix_type=prev,
                       satellites=m.satellites_visible)
         self._set(
             "gps", recv_ns,
@@ -342,7 +348,7 @@ class TelemetryModel:
             },
         )
 
-    def _extended_sys_state(self, m: MavMessage, recv_ns: int) -> None:
+    def on_extended_sys_state(self, m: MavMessage, recv_ns: int) -> None:
         self._seen_extended_state = True
         self._landed_transition(m.landed_state, recv_ns)
 
@@ -353,27 +359,27 @@ class TelemetryModel:
             return
         if prev == _ON_GROUND and is_airborne(new):
             self._flight.takeoff_at_ns = t_ns
-            self.emit("takeoff", t_ns)
+            self.emit(EventType.TAKEOFF, t_ns)
         elif is_airborne(prev) and new == _ON_GROUND:
             f = self._flight
             self.emit(
-                "landed", t_ns, max_alt_m=round(f.max_alt_m, 2), distance_m=round(f.distance_m, 1),
+                EventType.LANDED, t_ns, max_alt_m=round(f.max_alt_m, 2), distance_m=round(f.distance_m, 1),
                 flight_s=round((t_ns - f.takeoff_at_ns) / 1e9, 1) if f.takeoff_at_ns else None,
             )
 
-    def _home_position(self, m: MavMessage, recv_ns: int) -> None:
+    def on_home_position(self, m: MavMessage, recv_ns: int) -> None:
         home = (m.latitude * 1e-7, m.longitude * 1e-7, m.altitude * 1e-3)
         prev = self.home
         if prev is None or haversine_m(prev[0], prev[1], home[0], home[1]) > 1.0 or abs(prev[2] - home[2]) > 1.0:
             self.home = home
-            self.emit("home_set", recv_ns, home_lat_deg=home[0], home_lon_deg=home[1], home_alt_msl_m=home[2])
+            self.emit(EventType.HOME_SET, recv_ns, home_lat_deg=home[0], home_lon_deg=home[1], home_alt_msl_m=home[2])
 
-    def _system_time(self, m: MavMessage, recv_ns: int) -> None:
+    def on_system_time(self, m: MavMessage, recv_ns: int) -> None:
         # Only the boot clock is kept (a reboot shows as it going backwards);
         # the vehicle's UTC never becomes a sample time (see the module docstring).
         self._last_boot_ms = m.time_boot_ms
 
-    def _statustext(self, m: MavMessage, recv_ns: int) -> None:
+    def on_statustext(self, m: MavMessage, recv_ns: int) -> None:
         text = m.text if isinstance(m.text, str) else bytes(m.text).decode("utf-8", "replace")
         text = text.rstrip("\x00")
         low = text.lower()
@@ -386,19 +392,19 @@ class TelemetryModel:
         if text.startswith(REACHED_PREFIX):
             seq = self._reached.text(text, recv_ns)
             if seq is not None:
-                self.emit("mission_item_reached", recv_ns, seq=seq)
+                self.emit(EventType.MISSION_ITEM_REACHED, recv_ns, seq=seq)
             return
         ended: list[Summary] = []
         repeat = self.texts.offer(severity, text, recv_ns, ended)
         self._summaries(ended)
         if repeat:
-            self.events.append(Event("statustext", recv_ns, text_data(severity, text, 1), "", internal=True))
+            self.events.append(Event(EventType.STATUSTEXT, recv_ns, text_data(severity, text, 1), "", internal=True))
         else:
-            self.emit("statustext", recv_ns, **text_data(severity, text, 1))
+            self.emit(EventType.STATUSTEXT, recv_ns, **text_data(severity, text, 1))
 
     def _summaries(self, ended: list[Summary]) -> None:
         for s in ended:
-            self.emit("statustext", s.time_ns, **text_data(s.severity, s.text, s.count),
+            self.emit(EventType.STATUSTEXT, s.time_ns, **text_data(s.severity, s.text, s.count),
                       window_s=round(self.texts.window_ns / 1e9, 3))
 
     @property
@@ -410,41 +416,57 @@ class TelemetryModel:
         """Summaries of the collapse windows over at `now_ns` (all of them with `flush`, at shutdown)."""
         self._summaries(self.texts.due(now_ns, flush=flush))
 
-    def _mission_item_reached(self, m: MavMessage, recv_ns: int) -> None:
+    def on_mission_item_reached(self, m: MavMessage, recv_ns: int) -> None:
         if self._reached.message(m.seq, recv_ns):
-            self.emit("mission_item_reached", recv_ns, seq=m.seq)
+            self.emit(EventType.MISSION_ITEM_REACHED, recv_ns, seq=m.seq)
 
-    def _param_value(self, m: MavMessage, recv_ns: int) -> None:
+    def on_param_value(self, m: MavMessage, recv_ns: int) -> None:
         # Internal only: the shadow hears of a param changed on the vehicle (a
         # ground station, RC) at once instead of at its periodic verify.
         value = decode_param_value(float(m.param_value), m.param_type, encoding_for(self.flavour))
         data = {"name": decode_param_id(m.param_id), "value": value, "param_type": m.param_type}
-        self.events.append(Event("param_value", recv_ns, data, "", internal=True))
+        self.events.append(Event(EventType.PARAM_VALUE, recv_ns, data, "", internal=True))
 
-    def _mission_current(self, m: MavMessage, recv_ns: int) -> None:
+    def on_mission_current(self, m: MavMessage, recv_ns: int) -> None:
         self.mission_seq = m.seq
 
-    def _fence_status(self, m: MavMessage, recv_ns: int) -> None:
+    def on_fence_status(self, m: MavMessage, recv_ns: int) -> None:
         breached = bool(m.breach_status)
         if breached and not self.fence_breached:
-            self.emit("geofence_breach", recv_ns, breach_type=m.breach_type, breach_count=m.breach_count)
+            self.emit(EventType.GEOFENCE_BREACH, recv_ns, breach_type=m.breach_type, breach_count=m.breach_count)
         self.fence_breached = breached
 
 
-_HANDLERS = {
-    "HEARTBEAT": TelemetryModel._heartbeat,
-    "GLOBAL_POSITION_INT": TelemetryModel._global_position,
-    "ATTITUDE": TelemetryModel._attitude,
-    "VFR_HUD": TelemetryModel._vfr_hud,
-    "SYS_STATUS": TelemetryModel._sys_status,
-    "BATTERY_STATUS": TelemetryModel._battery_status,
-    "GPS_RAW_INT": TelemetryModel._gps_raw,
-    "EXTENDED_SYS_STATE": TelemetryModel._extended_sys_state,
-    "HOME_POSITION": TelemetryModel._home_position,
-    "SYSTEM_TIME": TelemetryModel._system_time,
-    "STATUSTEXT": TelemetryModel._statustext,
-    "MISSION_ITEM_REACHED": TelemetryModel._mission_item_reached,
-    "MISSION_CURRENT": TelemetryModel._mission_current,
-    "PARAM_VALUE": TelemetryModel._param_value,
-    "FENCE_STATUS": TelemetryModel._fence_status,
+Handler = Callable[[TelemetryModel, MavMessage, int], None]
+
+# The handler of each MAVLink message name.
+_HANDLERS: dict[str, Handler] = {
+    "HEARTBEAT": TelemetryModel.on_heartbeat,
+    "GLOBAL_POSITION_INT": TelemetryModel.on_global_position,
+    "ATTITUDE": TelemetryModel.on_attitude,
+    "VFR_HUD": TelemetryModel.on_vfr_hud,
+    "SYS_STATUS": TelemetryModel.on_sys_status,
+    "BATTERY_STATUS": TelemetryModel.on_battery_status,
+    "GPS_RAW_INT": TelemetryModel.on_gps_raw,
+    "EXTENDED_SYS_STATE": TelemetryModel.on_extended_sys_state,
+    "HOME_POSITION": TelemetryModel.on_home_position,
+    "SYSTEM_TIME": TelemetryModel.on_system_time,
+    "STATUSTEXT": TelemetryModel.on_statustext,
+    "MISSION_ITEM_REACHED": TelemetryModel.on_mission_item_reached,
+    "MISSION_CURRENT": TelemetryModel.on_mission_current,
+    "PARAM_VALUE": TelemetryModel.on_param_value,
+    "FENCE_STATUS": TelemetryModel.on_fence_status,
 }
+
+# The handler of each message class (None: not handled), learned from the first message of the class:
+# pymavlink's classes and the framer's light ones (drivers/mavlink/light.py) are one class per message
+# name, so a message is dispatched on `type(msg)`, hashed by identity, with no attribute read; a class
+# not seen yet gets `_first_of_class`, which learns it and handles the message.
+_BY_CLASS: dict[type, Handler | None] = {}
+
+
+def _first_of_class(model: TelemetryModel, msg: MavMessage, recv_ns: int) -> None:
+    handler = _HANDLERS.get(msg.get_type())
+    _BY_CLASS[type(msg)] = handler
+    if handler is not None:
+        handler(model, msg, recv_ns)

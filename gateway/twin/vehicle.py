@@ -30,14 +30,15 @@ import structlog
 from anyio.abc import TaskStatus
 
 from mavjet.contract import envelope
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_subject, state_subject
 from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
 from mavjet.drivers.mavlink.link import LinkState, MavlinkLink
-from mavjet.drivers.mavlink.session import VehicleSession
 from mavjet.drivers.mavlink.signing import read_key_file
 from mavjet.drivers.mavlink.transport import Transport
 from mavjet.drivers.mavlink.udphub import UdpHub
+from mavjet.drivers.mavlink.vehiclesession import VehicleSession
 from mavjet.gateway.config import GatewayConfig, VehicleConfig
 from mavjet.gateway.publish.publisher import Publisher
 from mavjet.gateway.runtime.metrics import GatewayMetrics
@@ -221,7 +222,7 @@ class VehicleTwin:
         if flush and self.model.repeats_pending:
             self.flush_repeats(now_ns, flush=True)  # its summaries pass the budget before it is flushed
         for s in self.budget.due(now_ns, flush=flush):
-            self.emit("events_suppressed", event_type=s.event_type, count=s.count, window_s=s.window_s)
+            self.emit(EventType.EVENTS_SUPPRESSED, event_type=s.event_type, count=s.count, window_s=s.window_s)
 
     def flush_repeats(self, now_ns: int, *, flush: bool = False) -> None:
         """Summaries of the repeated status texts whose collapse window has ended (gateway/twin/telemetry.py)."""
@@ -237,14 +238,14 @@ class VehicleTwin:
             if self._was_up and self._lost_at_mono is not None:
                 # The outage runs from the last heartbeat before the loss, not from
                 # when the timeout noticed it.
-                self.emit("link_restored", outage_s=round(now - self._lost_at_mono, 2))
+                self.emit(EventType.LINK_RESTORED, outage_s=round(now - self._lost_at_mono, 2))
             self._was_up = True
             self._lost_at_mono = None
         elif old is LinkState.UP:
             last_hb = self.session.last_heartbeat_mono
             self._lost_at_mono = last_hb or now
             age = now - last_hb if last_hb else None
-            self.emit("link_lost", heartbeat_age_s=None if age is None else round(age, 2))
+            self.emit(EventType.LINK_LOST, heartbeat_age_s=None if age is None else round(age, 2))
 
     # -- ticker ------------------------------------------------------------
     def link_channel(self) -> dict[str, Any]:
@@ -315,7 +316,7 @@ class VehicleTwin:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Supervise the link: a bug that escapes it restarts this vehicle only, after a backoff."""
-        self.emit("gateway_started", gateway=self.cfg.instance, version=_version())
+        self.emit(EventType.GATEWAY_STARTED, gateway=self.cfg.instance, version=_version())
         backoff = Backoff(initial_s=self.cfg.link.backoff_initial_s, max_s=self.cfg.link.backoff_max_s)
         task_status.started()  # readiness is the daemon's wait on link.wait_ready()
         while True:

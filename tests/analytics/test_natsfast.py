@@ -1,4 +1,4 @@
-"""The range reader's short cut through nats-py (mavjet.analytics.natsfast), against a real nats-server."""
+"""The range reader's short cut through nats-py (`natsadapter.install_ordered_short_cut`), against a real nats-server."""
 
 from __future__ import annotations
 
@@ -37,6 +37,6 @@ def test_short_cut_reads_every_event_in_order_and_leaves_other_traffic_to_nats_p
         return seqs, plain, parse
 
     seqs, plain, parse = asyncio.run(go())
-    assert getattr(parse, "__module__", None) == "mavjet.analytics.natsfast"  # the short cut was in place
+    assert getattr(parse, "__module__", None) == "mavjet.contract.natsadapter"  # the short cut was in place
     assert seqs == list(range(1, history.published + 1))
     assert plain == [(b"x", {"K": "v"}), (b"y", None)]

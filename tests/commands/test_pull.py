@@ -11,7 +11,8 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
 
-from mavjet.gateway.commands.pull import CONFLICT_PAUSE_S, PullOne, has_internals
+from mavjet.contract.natsadapter import PullInternals
+from mavjet.gateway.commands.pull import CONFLICT_PAUSE_S, PullOne
 
 STREAM, SUBJECT, DURABLE = "PULLTEST", "pulltest.cmd.>", "gw_pull"
 
@@ -25,7 +26,7 @@ async def _bound(nc: Client) -> object:
 
 
 async def test_nats_py_still_has_what_pull_one_reads(nc: Client) -> None:
-    assert has_internals(await _bound(nc)), "nats-py changed: PullOne fell back to fetch (slower, same results)"
+    assert PullInternals.present(await _bound(nc)), "nats-py changed: PullOne fell back to fetch (slower, same results)"
 
 
 async def test_an_idle_request_is_ended_by_the_server_without_cyclic_garbage(nc: Client) -> None:

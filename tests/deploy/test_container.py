@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from mavjet.gateway.config import build_config
 from mavjet.gateway.entry import build_parser as gateway_parser
+from mavjet.gateway.resolve import build_config
 from mavjet.ops.monitor import build_parser as monitor_parser
 from mavjet.ops.natsserver import free_port
 from mavjet.ops.provision import build_parser as provision_parser

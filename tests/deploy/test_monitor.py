@@ -281,7 +281,7 @@ def gateway_metric_names() -> set[str]:
     gm.spool_dropped.labels("info").inc()
     names = set(parse_metrics(generate_latest(gm.registry).decode()))
     # Per-link families are built at scrape time from live links: read their names from the source.
-    src = (ROOT / "gateway" / "metrics.py").read_text()
+    src = (ROOT / "gateway" / "runtime" / "metrics.py").read_text()
     for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"', src):
         names.add(name + "_total" if kind == "Counter" else name)
     for name, kind, _help in FAMILIES:  # the link families (gateway/runtime/linkmetrics.py)
@@ -319,7 +319,7 @@ def test_dashboard_uses_only_exported_metrics() -> None:
 
 def vid_metric_names() -> set[str]:
     """The gateway's series that carry a `vid` label (built at scrape time from live links: read from the source)."""
-    src = (ROOT / "gateway" / "metrics.py").read_text()
+    src = (ROOT / "gateway" / "runtime" / "metrics.py").read_text()
     out = set()
     for kind, name, labels in re.findall(
             r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"[\s\S]{0,300}?labels=\[([^\]]*)\]', src):

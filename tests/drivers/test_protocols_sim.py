@@ -17,7 +17,6 @@ from mavjet.drivers.mavlink.mission import FENCE, MISSION, RALLY, MissionItem
 from mavjet.drivers.mavlink.params import REAL32, ParamError, ParamTimeout
 from mavjet.drivers.mavlink.plan import digest, parse_plan
 from mavjet.drivers.mavlink.runner import execute_command, read_param, run_command, set_param
-from mavjet.drivers.mavlink.session import VehicleSession
 from mavjet.drivers.mavlink.transfers import (
     apply_geofence,
     clear_mission,
@@ -26,6 +25,7 @@ from mavjet.drivers.mavlink.transfers import (
     upload_mission,
 )
 from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.drivers.mavlink.vehiclesession import VehicleSession
 from mavjet.sim.fleet import SimConfig
 from tests.drivers.simlink import FAST, LOSSY, sim_link, wait_for
 

@@ -16,8 +16,9 @@ from mavjet.drivers.mavlink.link import LinkConfig, LinkState, MavlinkLink
 from mavjet.drivers.mavlink.mission import FENCE, MISSION
 from mavjet.drivers.mavlink.modes import UnknownMode
 from mavjet.drivers.mavlink.plan import digest, parse_plan
-from mavjet.drivers.mavlink.session import Session, VehicleSession
+from mavjet.drivers.mavlink.session import Session
 from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.drivers.mavlink.vehiclesession import VehicleSession
 from mavjet.gateway.twin.telemetry import TelemetryModel
 from mavjet.sim.fleet import SimConfig, SimFleet
 from mavjet.sim.vehicle import SimVehicle

@@ -8,7 +8,8 @@ import pytest
 
 from mavjet.contract.errors import ConfigError
 from mavjet.drivers.mavlink.transport import Endpoint
-from mavjet.gateway.config import build_config, parse_vehicle
+from mavjet.gateway.config import parse_vehicle
+from mavjet.gateway.resolve import build_config
 
 
 def test_endpoints_parse_and_reject() -> None:

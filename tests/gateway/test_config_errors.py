@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mavjet.contract.errors import ConfigError
-from mavjet.gateway.config import resolve_config
+from mavjet.gateway.resolve import resolve_config
 from mavjet.ops.natsserver import free_port
 
 VEHICLE = "VID-001=tcp:127.0.0.1:1"

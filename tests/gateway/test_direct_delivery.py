@@ -1,6 +1,6 @@
 """Acks handed over in nats-py's read task, state written to the socket at once: against a real nats-server.
 
-`subscribe_direct` and `RawPublish.write` each save the gateway one pass of
+`subscribe_direct` and `natsadapter.write_commands` each save the gateway one pass of
 its event loop (gateway/publish/statepub.py). The rules under test: every message
 still arrives, in order; a handler that raises costs only its own message;
 and a server that stops reading gets its bytes through nats-py's flusher,
@@ -17,6 +17,7 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
+from mavjet.contract import natsadapter
 from mavjet.contract.natsconn import open_client
 from mavjet.gateway.publish.statepub import DirectDelivery, RawPublish, subscribe_direct
 from mavjet.ops.natsserver import NatsServer
@@ -75,7 +76,7 @@ async def test_state_goes_to_the_socket_at_once_and_through_the_flusher_while_th
         await watcher.subscribe("bulk.>", cb=count, pending_bytes_limit=256 * 1024 * 1024)
         await watcher.flush()
 
-        await RawPublish.write(nc, [raw.frame("bulk.first", b"1")])
+        await natsadapter.write_commands(nc, [raw.frame("bulk.first", b"1")])
         assert nc._pending == [] and nc._pending_data_size == 0  # on the socket, no flusher pass
 
         # A server that stops reading: the socket fills, then the transport buffers.
@@ -86,17 +87,17 @@ async def test_state_goes_to_the_socket_at_once_and_through_the_flusher_while_th
             for _ in range(256):  # 64 MiB at most; loopback buffers take a few
                 if writer.transport.get_write_buffer_size() > 0:
                     break
-                await RawPublish.write(nc, [raw.frame("bulk.fill", chunk)])
+                await natsadapter.write_commands(nc, [raw.frame("bulk.fill", chunk)])
                 sent += 1
             else:
                 pytest.fail("the socket never filled")
-            await RawPublish.write(nc, [raw.frame("bulk.late", b"late")])
+            await natsadapter.write_commands(nc, [raw.frame("bulk.late", b"late")])
             sent += 1
             # Left to the flusher, which waits for the socket to drain: nothing piles up in the transport.
             assert nc._pending and nc._pending_data_size > 0
         finally:
             os.kill(pid, signal.SIGCONT)
-        await RawPublish.write(nc, [raw.frame("bulk.end", b"end")])
+        await natsadapter.write_commands(nc, [raw.frame("bulk.end", b"end")])
         sent += 1
         with anyio.fail_after(30):
             await done.wait()

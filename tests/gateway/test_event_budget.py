@@ -53,7 +53,7 @@ def test_defaults_far_above_a_flight_and_validation() -> None:
 
 
 def test_event_budget_table_in_the_config_file() -> None:
-    from mavjet.gateway.config import build_config
+    from mavjet.gateway.resolve import build_config
 
     cfg = build_config({"event_budget": {"rate_per_s": 5, "burst": 10, "window_s": 30},
                         "vehicles": [{"vid": "VID-001", "endpoint": "tcp:127.0.0.1:5760"}]})

@@ -158,7 +158,7 @@ def test_operations_doc_lists_every_gateway_metric() -> None:
     exported = {s if not s.endswith(("_bucket", "_count", "_sum")) else f
                 for f, (_, ss) in families(generate_latest(gm.registry).decode()).items() for s, _, _ in ss}
     # The per-link families are built at scrape time from live links: their names come from the source.
-    src = (ROOT / "gateway" / "metrics.py").read_text()
+    src = (ROOT / "gateway" / "runtime" / "metrics.py").read_text()
     for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"(mavjet_[a-z_]+)"', src):
         exported.add(name + "_total" if kind == "Counter" else name)
     for name, kind, _help in FAMILIES:  # the link families (gateway/runtime/linkmetrics.py)

@@ -11,7 +11,8 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from mavjet.contract.natsconn import OrderedFlushClient, open_client
+from mavjet.contract.natsadapter import OrderedFlushClient
+from mavjet.contract.natsconn import open_client
 from mavjet.ops.natsserver import NatsServer
 
 ROUNDS = 200

@@ -11,7 +11,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from mavjet.contract import envelope
+from mavjet.contract import envelope, natsadapter
 from mavjet.contract.natsconn import NatsOptions, open_client
 from mavjet.contract.subjects import STATE_STREAM, state_subject
 from mavjet.drivers.mavlink import reactor, transport
@@ -62,11 +62,11 @@ async def test_framed_publishes_equal_nc_publish(nats_server: NatsServer, provis
     subject = state_subject("test", "V1", "position")
     payload = envelope.pack("V1", 1_700_000_000_123_456_789, {"lat_deg": 47.1, "text": "a\r\nb"})
     nc = provisioned
-    assert RawPublish.usable(nc)
+    assert natsadapter.has_write_buffer(nc)
 
     async def send() -> None:
         await nc.publish(subject, payload, headers={"Content-Type": envelope.CONTENT_TYPE})
-        await RawPublish.write(nc, [raw.frame(subject, payload), raw.frame(subject, payload + b"\x00")])
+        await natsadapter.write_commands(nc, [raw.frame(subject, payload), raw.frame(subject, payload + b"\x00")])
         await nc.flush()
 
     a, b, c = await _collect(nats_server.url, subject, 3, send)

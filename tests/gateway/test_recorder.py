@@ -29,8 +29,9 @@ from mavjet.contract.natsconn import open_client
 from mavjet.contract.subjects import TRACKS_STREAM, track_subject
 from mavjet.contract.tracks import encode_sample, track_msg_id, track_sample
 from mavjet.drivers.mavlink.dialect import mavlink2 as m
-from mavjet.gateway.config import ENV_TRACK_HZ, GatewayConfig, build_config, resolve_config
+from mavjet.gateway.config import GatewayConfig
 from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.resolve import ENV_TRACK_HZ, build_config, resolve_config
 from mavjet.gateway.stores.recorder import TRACKS_SPOOL, TrackRecorder
 from mavjet.ops.natsserver import NatsServer
 from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision

@@ -325,7 +325,7 @@ def test_route_config_parsing() -> None:
     r = parse_route("udp:0.0.0.0:14550?vid=VID-001&sysid=1,2&compid=1")
     assert (str(r.endpoint), r.vid, r.sysids, r.compids) == ("udp:0.0.0.0:14550", "VID-001", frozenset({1, 2}), frozenset({1}))
     from mavjet.contract.errors import ConfigError
-    from mavjet.gateway.config import build_config
+    from mavjet.gateway.resolve import build_config
 
     raw = {"vehicles": [{"vid": "A", "endpoint": "tcp:h:1", "tunnel": True}, {"vid": "B", "endpoint": "tcp:h:2"}],
            "routes": [{"endpoint": "tcp:0.0.0.0:5790", "vid": "B", "sysids": [1]}]}

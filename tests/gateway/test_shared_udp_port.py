@@ -15,7 +15,8 @@ from mavjet.drivers.mavlink.codec import MavCodec
 from mavjet.drivers.mavlink.dialect import mavlink2 as m
 from mavjet.drivers.mavlink.transport import Endpoint
 from mavjet.drivers.mavlink.udphub import sysid_of
-from mavjet.gateway.config import GatewayConfig, VehicleConfig, build_config, parse_vehicle
+from mavjet.gateway.config import GatewayConfig, VehicleConfig, parse_vehicle
+from mavjet.gateway.resolve import build_config
 from mavjet.ops.natsserver import NatsServer, free_port
 from mavjet.ops.read import current_state
 from tests.support import ENV, running_gateway, wait_for, wait_for_async

@@ -19,8 +19,8 @@ from mavjet.drivers.mavlink.link import LinkConfig, MavlinkLink
 from mavjet.drivers.mavlink.signing import read_key_file
 from mavjet.drivers.mavlink.transport import Endpoint
 from mavjet.gateway.commands.consumer import CommandService
-from mavjet.gateway.config import build_config
 from mavjet.gateway.daemon import Gateway
+from mavjet.gateway.resolve import build_config
 from mavjet.ops import sign
 from mavjet.ops.client import CommandClient
 from mavjet.ops.natsserver import NatsServer

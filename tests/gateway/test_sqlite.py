@@ -76,10 +76,10 @@ async def test_full_event_queue_spills_to_the_spool_in_order(tmp_path: Path) -> 
                         state_dir=tmp_path)
     spool = Spool(tmp_path / "spool.sqlite", max_entries=1000)
     pub = Publisher(cfg, spool, GatewayMetrics())
-    pub.max_pending_events = 3
+    pub.events.max_pending_events = 3
     for i in range(7):  # no spool writer runs: only the bound moves events out of memory
         pub.enqueue_event("s", f"m{i}", b"x")
-    assert pub.events_spilled == 6 and len(pub._pending_events) == 1
+    assert pub.events.events_spilled == 6 and len(pub.events._pending_events) == 1
     await pub.flush_pending_to_spool()
     assert [e.msg_id for e in await spool.peek(10)] == [f"m{i}" for i in range(7)]
     spool.close()

@@ -22,7 +22,8 @@ from mavjet.contract.errors import ConfigError
 from mavjet.drivers.mavlink.codec import MavCodec
 from mavjet.drivers.mavlink.dialect import mavlink2 as m
 from mavjet.drivers.mavlink.transport import Endpoint
-from mavjet.gateway.config import GatewayConfig, VehicleConfig, resolve_config
+from mavjet.gateway.config import GatewayConfig, VehicleConfig
+from mavjet.gateway.resolve import resolve_config
 from mavjet.gateway.runtime.metrics import GatewayMetrics, merge_worker_metrics
 from mavjet.gateway.runtime.workers import (
     RestartPolicy,

@@ -18,14 +18,8 @@ from nats.aio.client import Client
 
 from mavjet.contract.natsconn import open_client
 from mavjet.gateway.stores import blobs
-from mavjet.gateway.stores.blobs import (
-    BlobError,
-    BlobFailure,
-    chunk_subject,
-    fetch_blob,
-    get_blob,
-    put_blob,
-)
+from mavjet.gateway.stores.blobs import chunk_subject, fetch_blob, get_blob, put_blob
+from mavjet.gateway.stores.chunks import BlobError, BlobFailure
 from mavjet.ops.natsserver import NatsServer
 from tests.support.transfer import CHUNK, Cut, Wire, corrupt_chunk, cut_after, settle, wire_spy
 

@@ -36,6 +36,8 @@ HOT_TESTS = (
     "tests/gateway/test_superseded.py",
     "tests/gateway/test_publisher_raw.py",
     "tests/gateway/test_direct_delivery.py",
+    "tests/gateway/test_publisher_direct.py",  # the event path (eventpub.EventPath) the compiled Publisher makes
+    "tests/test_natsadapter.py",  # the compiled publisher on nats-py's public API (an unverified version)
     "tests/gateway/test_telemetry_twin.py",  # a gateway with its twins, a simulator and a nats-server
     "tests/commands/test_safety.py",  # commands end to end: deadlines, one result each, through the publisher
     # The simulator's tick path (mavjet compile --sim): its units, its streams and its fidelity to
@@ -81,7 +83,7 @@ def test_a_source_checkout_is_not_compiled_in_place() -> None:
     proc = _mavjet(env={**env, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "source checkout" in proc.stderr and "--target" in proc.stderr
-    assert not list(ROOT.glob("*/**/*.so"))
+    assert not [so for layer in mjc.LAYERS for so in (ROOT / layer).rglob("*.so")]
 
 
 def test_without_mypyc_the_error_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,3 +49,11 @@ def test_make_test_runs_every_test_in_one_of_its_two_pytests() -> None:
     assert rule.count("-m pytest") == 2 and "wait $$bg" in rule
     markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
     assert any(m.startswith("waits:") for m in markers)
+
+
+def test_the_tests_run_beside_the_rest_exist() -> None:
+    """A renamed module must not silently move back into the first pytest."""
+    from tests.conftest import BESIDE_THE_REST
+
+    assert BESIDE_THE_REST and all((ROOT / path).is_file() for path in BESIDE_THE_REST), [
+        p for p in BESIDE_THE_REST if not (ROOT / p).is_file()]

@@ -1,6 +1,6 @@
 """TWIN_LOGS: flight logs under the vehicle's own subjects, resumable at chunk level, against a real nats-server.
 
-The chunk code is TWIN_BLOBS's (`mavjet.gateway.stores.blobs.put_chunks` / `get_chunks`);
+The chunk code is TWIN_BLOBS's (`mavjet.gateway.stores.chunks.put_chunks` / `get_chunks`);
 these tests show it holds for the per-vehicle subjects, with the journal read
 by a direct get of the last chunk (what a scoped vehicle credential may do)
 and chunks read through a filtered consumer. What crosses the wire is counted
@@ -19,7 +19,7 @@ from nats.aio.client import Client
 
 from mavjet.contract.subjects import LOGS_STREAM, log_chunk_subject, log_record_subject
 from mavjet.gateway.stores import logstore
-from mavjet.gateway.stores.blobs import BlobError, BlobFailure
+from mavjet.gateway.stores.chunks import BlobError, BlobFailure
 from mavjet.ops.natsserver import NatsServer
 from tests.support.transfer import CHUNK, Cut, Wire, corrupt_chunk, cut_after, settle, wire_spy
 

@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from mavjet.contract.natsconn import open_client
-from mavjet.gateway.stores.blobs import Progress
+from mavjet.gateway.stores.chunks import Progress
 
 CHUNK = 4096
 

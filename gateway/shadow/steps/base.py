@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import structlog
 
 from mavjet.contract.errors import CommandRejected, CommandTimeout
+from mavjet.contract.events import EventType
 from mavjet.drivers.mavlink.command import mav_result_name
 from mavjet.drivers.mavlink.session import Session
 from mavjet.gateway.shadow.book import RetryBook
@@ -49,7 +50,7 @@ def fmt_number(value: float) -> float | int:
 
 
 class Emit(Protocol):
-    def __call__(self, etype: str, **data: Any) -> None: ...
+    def __call__(self, etype: EventType, **data: Any) -> None: ...
 
 
 @dataclass(slots=True, kw_only=True)
@@ -67,7 +68,7 @@ class StepContext:
         """An attempt failed: back off, and announce `shadow_failed` once per revision past the threshold."""
         rev = self.desired.revision
         if self.book.fail(path, desired, reported, reason, revision=rev, threshold=threshold):
-            self.emit("shadow_failed", desired_revision=rev, field=path, reason=reason)
+            self.emit(EventType.SHADOW_FAILED, desired_revision=rev, field=path, reason=reason)
         log.warning("shadow_field_failed", vehicle=self.vid, field=path, attempts=self.book.attempts.get(path),
                     reason=reason)
 

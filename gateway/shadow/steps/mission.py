@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from mavjet.contract.errors import LinkError, MavjetError
+from mavjet.contract.events import EventType
 from mavjet.contract.subjects import BLOBS_BUCKET
 from mavjet.drivers.mavlink.mission import MISSION
 from mavjet.drivers.mavlink.plan import Plan, PlanError, digest
@@ -16,7 +17,7 @@ from mavjet.drivers.mavlink.terrain import terrain_points, terrain_refusals
 from mavjet.gateway.shadow.diff import LiveConfig
 from mavjet.gateway.shadow.document import Desired, MissionSpec
 from mavjet.gateway.shadow.steps.base import Finding, StepContext, Verdict
-from mavjet.gateway.stores.blobs import BlobError, BlobFailure
+from mavjet.gateway.stores.chunks import BlobError, BlobFailure
 
 PlanSource = Callable[[str], Awaitable[Plan]]  # object name -> plan; raises BlobError or PlanError
 
@@ -99,5 +100,5 @@ class MissionStep:
             return
         live.mission_digest = got
         live.mission_count = len(plan.mission)
-        ctx.emit("mission_uploaded", object=spec.object, digest=got, count=len(plan.mission))
+        ctx.emit(EventType.MISSION_UPLOADED, object=spec.object, digest=got, count=len(plan.mission))
         book.ok(path)
