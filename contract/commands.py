@@ -14,9 +14,8 @@ does without importing the daemon:
 What a command needs of the vehicle (preconditions) and how it is executed
 live in `mavjet.gateway.commands.spec`, one entry per name listed here.
 
-Length: about 420 lines, over the project's ~400: it is the catalogue, one
-entry per command with its params and ranges, which clients and the gateway
-must read from one table.
+One module on purpose: it is the catalogue, one entry per command with its
+params and ranges, which clients and the gateway must read from one table.
 """
 
 from __future__ import annotations

@@ -63,10 +63,13 @@ HOT_MODULES: tuple[str, ...] = (
 # its telemetry and their framing, and the vehicle class that drives them (mypyc cannot let an
 # interpreted class inherit a compiled one, so sim/vehicle.py must go with sim/model.py).
 SIM_MODULES: tuple[str, ...] = (
-    "mavjet.sim.model",
+    "mavjet.sim.state",  # the base class of sim/model.py's VehicleModel: compiled with it
+    "mavjet.sim.health",
+    "mavjet.sim.telemetry",
     "mavjet.sim.flight",
     "mavjet.sim.control",
-    "mavjet.sim.telemetry",
+    "mavjet.sim.lifecycle",
+    "mavjet.sim.model",
     "mavjet.sim.encoder",
     "mavjet.sim.streams",
     "mavjet.sim.vehicle",
@@ -210,7 +213,10 @@ def build_groups(root: Path, groups: list[tuple[tuple[str, ...], Path | None]]) 
         logs = [Path(tmp) / f"{i}.out" for i in range(len(groups))]
         try:
             for i, (modules, _) in enumerate(groups):
-                cmd = [sys.executable, "-c", _BUILD, f"{tmp}/{i}", *_MYPY_FLAGS, *map(module_path, modules)]
+                # Each group its own mypy cache: two builds side by side in one directory would
+                # share `.mypy_cache`, whose SQLite file one of them then finds locked.
+                cmd = [sys.executable, "-c", _BUILD, f"{tmp}/{i}", *_MYPY_FLAGS, f"--cache-dir={tmp}/{i}/mypy-cache",
+                       *map(module_path, modules)]
                 with logs[i].open("wb") as out:  # a file, not a pipe: a group's output never blocks it
                     procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT))
             deadline = time.monotonic() + BUILD_TIMEOUT_S

@@ -34,7 +34,7 @@ from typing import Any
 from fastcrc.crc16 import mcrf4xx as _crc
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
-from mavjet.sim.cli import compiled_from_ready
+from mavjet.sim.readyline import compiled_from_ready
 
 FAST = (mavlink2.MAVLINK_MSG_ID_GLOBAL_POSITION_INT, mavlink2.MAVLINK_MSG_ID_ATTITUDE)
 SLOW = (

@@ -20,13 +20,16 @@ import logging
 import signal
 import sys
 import time
-from importlib.machinery import EXTENSION_SUFFIXES
 
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 from mavjet.contract.errors import ConfigError, LinkError
 from mavjet.sim.fleet import SimConfig, SimFleet
+from mavjet.sim.readyline import compiled_from_ready, compiled_modules
 from mavjet.sim.stepmode import IN_STEP_ENV, in_step_from_env
+
+# `compiled_from_ready` stays importable from here: the benchmarks read the ready line through it.
+__all__ = ["build_parser", "compiled_from_ready", "compiled_modules", "config_from_args", "main", "run"]
 
 _IN_PROGRESS_NAMES = {
     "takeoff": mavlink2.MAV_CMD_NAV_TAKEOFF,
@@ -91,22 +94,6 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         terrain_tiles=args.terrain_tiles,
     )
-
-
-def compiled_modules() -> int:
-    """How many of the simulator's imported modules are C extensions (a compiled tick path)."""
-    suffixes = tuple(EXTENSION_SUFFIXES)
-    return sum(1 for name, mod in list(sys.modules.items())
-               if name.startswith("mavjet.sim.") and str(getattr(mod, "__file__", "")).endswith(suffixes))
-
-
-def compiled_from_ready(line: str) -> int:
-    """`ready vehicles=N compiled=K` (the line `run` prints) -> K; 0 when it names none (interpreted)."""
-    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-    try:
-        return int(fields.get("compiled", "0"))
-    except ValueError:
-        return 0
 
 
 async def run(config: SimConfig, *, stats_every_s: float = 0.0) -> int:

@@ -1,27 +1,23 @@
-"""Commands a vehicle model answers: COMMAND_LONG, COMMAND_INT and SET_MODE.
+"""Commands a vehicle answers: COMMAND_LONG, COMMAND_INT and SET_MODE.
 
-Part of `mavjet.sim.model.VehicleModel`, which keeps the state and the message
-dispatch; this module is its command desk: recognising retransmissions
-(answered again, not acted on twice), results forced by `reject_next`,
-IN_PROGRESS answers and their final ACK, and one function per MAV_CMD
+Step functions over `mavjet.sim.state.VehicleState`, the vehicle's command
+desk: recognising retransmissions (answered again, not acted on twice),
+results forced by `reject_next`, IN_PROGRESS answers and their final ACK
+(the desk's memory is `state.CommandDesk`), and one function per MAV_CMD
 returning the MAV_RESULT ArduPilot (or PX4's Commander) gives for the same
-request. The model's modules are functions over the model rather than
-mixin classes because they call each other constantly (a command arms,
-changes mode, moves the mission cursor, sends telemetry), and functions
-typed `v: VehicleModel` let strict mypy check every attribute they touch.
+request, by way of the flight API (`mavjet.sim.control`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from mavjet.sim import control, flight, streams, telemetry
 from mavjet.sim.consts import ACCEPTED, DENIED, FAILED, IN_PROGRESS, TEMP_REJECTED, UNSUPPORTED, R
+from mavjet.sim.state import ExecutedCommand, Pending, Sent, VehicleState, ack, send, seq_offset
 
-if TYPE_CHECKING:
-    from mavjet.sim.model import VehicleModel
+__all__ = ["COMMANDS", "FLIGHT_COMMANDS", "ExecutedCommand", "command", "flush_after_ack", "poll_pending"]
 
 FORCE_MAGIC: Final = 21196  # COMPONENT_ARM_DISARM param2 that skips checks
 MAX_EXECUTIONS: Final = 10_000  # the record keeps at least this many recent commands
@@ -32,56 +28,20 @@ _PX4_TRANSITIONS: Final = frozenset({
 })  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutedCommand:
-    """A command the vehicle acted on (retransmissions it recognised are not recorded)."""
-
-    command: int
-    params: tuple[float, ...]  # param1..param7 (COMMAND_INT: x and y as sent, integers)
-    time: float  # sim seconds
-    result: int  # MAV_RESULT of the first answer
-    confirmation: int = 0
-    frame: int | None = None  # COMMAND_INT only
-    source: tuple[int, int] = (0, 0)  # sender sysid, compid
-    executed: bool = True  # False: answered with a result forced by `reject_next`, not acted on
-
-
-@dataclass(slots=True)
-class Sent:
-    """The answer to a command, kept to answer its retransmissions the same way."""
-
-    params: tuple[float, ...]
-    wall: float
-    result: int
-    progress: int = 0
-
-
-@dataclass(slots=True)
-class Pending:
-    """A command answered IN_PROGRESS whose final answer is still to come."""
-
-    command: int
-    partner: tuple[int, int]
-    due: float | None  # sim time of the final answer, None: decided by flight state (takeoff)
-    result: int = ACCEPTED
-    last_progress: float = 0.0
-
-
-
-def on_set_mode(v: VehicleModel, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+def on_set_mode(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     v.external_control = True
     result = control.set_mode_raw(v, float(msg.base_mode), int(msg.custom_mode), None)
-    v._ack(R.MAVLINK_MSG_ID_SET_MODE, result, partner)
+    ack(v, R.MAVLINK_MSG_ID_SET_MODE, result, partner)
 
 
-def on_command_long(v: VehicleModel, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+def on_command_long(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     if msg.target_component not in (0, v.compid):
         return
     p = (msg.param1, msg.param2, msg.param3, msg.param4, msg.param5, msg.param6, msg.param7)
     command(v, int(msg.command), p=p, frame=None, confirmation=int(msg.confirmation), partner=partner, now=now, wall=wall)
 
 
-def on_command_int(v: VehicleModel, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+def on_command_int(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     if msg.target_component not in (0, v.compid):
         return
     p = (msg.param1, msg.param2, msg.param3, msg.param4, float(msg.x), float(msg.y), msg.z)
@@ -89,7 +49,7 @@ def on_command_int(v: VehicleModel, msg: Any, partner: tuple[int, int], now: flo
 
 
 def command(
-    v: VehicleModel,
+    v: VehicleState,
     cmd: int,
     *,
     p: tuple[float, ...],
@@ -100,7 +60,7 @@ def command(
     wall: float,
 ) -> None:
     v.stats.commands += 1
-    prior = v._sent.get(cmd)
+    prior = v.desk.sent.get(cmd)
     if (
         confirmation > 0
         and prior is not None
@@ -110,20 +70,20 @@ def command(
         # a retransmission of a command already acted on: answer again, do not act twice
         v.stats.retransmits_recognised += 1
         prior.wall = wall
-        v._ack(cmd, prior.result, partner, prior.progress)
+        ack(v, cmd, prior.result, partner, prior.progress)
         return
-    forced = v._forced.get(cmd)
+    forced = v.desk.forced.get(cmd)
     if forced:
         result = forced.popleft()
         if not forced:
-            del v._forced[cmd]
+            del v.desk.forced[cmd]
         v.stats.forced_results += 1
-        v._sent[cmd] = Sent(params=p, wall=wall, result=result)
+        v.desk.sent[cmd] = Sent(params=p, wall=wall, result=result)
         record(v,
             ExecutedCommand(command=cmd, params=p, time=now, result=result, confirmation=confirmation, frame=frame,
                             source=partner, executed=False)
         )  # fmt: skip
-        v._ack(cmd, result, partner)
+        ack(v, cmd, result, partner)
         return
     handler = COMMANDS.get(cmd)
     if handler is None:
@@ -138,48 +98,48 @@ def command(
     slow = result == ACCEPTED and cmd in v.opts.in_progress_commands
     if slow:
         due = None if cmd == R.MAV_CMD_NAV_TAKEOFF else now + v.opts.in_progress_delay_s
-        v._pending.append(Pending(command=cmd, partner=partner, due=due, last_progress=now))
+        v.desk.pending.append(Pending(command=cmd, partner=partner, due=due, last_progress=now))
         result = IN_PROGRESS
-    v._sent[cmd] = Sent(params=p, wall=wall, result=result)
+    v.desk.sent[cmd] = Sent(params=p, wall=wall, result=result)
     record(v,
         ExecutedCommand(command=cmd, params=p, time=now, result=result, confirmation=confirmation, frame=frame, source=partner)
     )
-    v._ack(cmd, result, partner)
+    ack(v, cmd, result, partner)
     flush_after_ack(v)
     if cmd == R.MAV_CMD_REQUEST_MESSAGE and result == ACCEPTED:
         telemetry.send_requested(v, int(p[0]))
     elif cmd == R.MAV_CMD_REQUEST_AUTOPILOT_CAPABILITIES and result == ACCEPTED:
-        v._send(telemetry.autopilot_version(v))
+        send(v, telemetry.autopilot_version(v))
     elif cmd == R.MAV_CMD_GET_MESSAGE_INTERVAL and result == ACCEPTED:
         iv = v.schedule.interval(int(p[0]))
-        v._send(R.MAVLink_message_interval_message(int(p[0]), -1 if iv is None else int(iv * 1e6)))
+        send(v, R.MAVLink_message_interval_message(int(p[0]), -1 if iv is None else int(iv * 1e6)))
     elif cmd == R.MAV_CMD_PREFLIGHT_REBOOT_SHUTDOWN and result == ACCEPTED:
         v.reboot_pending = True
 
 
-def flush_after_ack(v: VehicleModel) -> None:
-    if v._after_ack:
-        v.out.extend(v._after_ack)
-        v._after_ack.clear()
+def flush_after_ack(v: VehicleState) -> None:
+    if v.desk.after_ack:
+        v.out.extend(v.desk.after_ack)
+        v.desk.after_ack.clear()
 
 
-def record(v: VehicleModel, ex: ExecutedCommand) -> None:
+def record(v: VehicleState, ex: ExecutedCommand) -> None:
     v.executions.append(ex)
     if len(v.executions) > 2 * MAX_EXECUTIONS:
         del v.executions[:-MAX_EXECUTIONS]
 
 
-def finish_pending(v: VehicleModel, pend: Pending, result: int) -> None:
-    v._pending.remove(pend)
-    sent = v._sent.get(pend.command)
+def finish_pending(v: VehicleState, pend: Pending, result: int) -> None:
+    v.desk.pending.remove(pend)
+    sent = v.desk.sent.get(pend.command)
     if sent is not None and sent.result == IN_PROGRESS:
         sent.result = result
         sent.progress = 100 if result == ACCEPTED else 0
-    v._ack(pend.command, result, pend.partner, 100 if result == ACCEPTED else 0)
+    ack(v, pend.command, result, pend.partner, 100 if result == ACCEPTED else 0)
 
 
-def poll_pending(v: VehicleModel, now: float) -> None:
-    for pend in list(v._pending):
+def poll_pending(v: VehicleState, now: float) -> None:
+    for pend in list(v.desk.pending):
         if pend.due is not None:
             if now >= pend.due:
                 finish_pending(v, pend, pend.result)
@@ -191,14 +151,14 @@ def poll_pending(v: VehicleModel, now: float) -> None:
         elif now - pend.last_progress >= 1.0:
             pend.last_progress = now
             progress = int(100 * v.alt_m / max(v.takeoff_alt_m, 0.1))
-            sent = v._sent.get(pend.command)
+            sent = v.desk.sent.get(pend.command)
             if sent is not None:
                 sent.progress = progress
-            v._ack(pend.command, IN_PROGRESS, pend.partner, max(0, min(progress, 99)))
+            ack(v, pend.command, IN_PROGRESS, pend.partner, max(0, min(progress, 99)))
 
 
 # --- one function per command: (v, params, frame, partner, now) -> MAV_RESULT
-def cmd_arm_disarm(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_arm_disarm(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     force = round(p[1]) == FORCE_MAGIC
     if p[0] == 1.0:
         return control.arm(v, force=force)
@@ -207,23 +167,23 @@ def cmd_arm_disarm(v: VehicleModel, p: tuple[float, ...], frame: int | None, par
     return DENIED
 
 
-def cmd_takeoff(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_takeoff(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return control.takeoff(v, float(p[6]))
 
 
-def cmd_land(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_land(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return control.set_mode(v, v.flavour.land, reason="gcs_land")
 
 
-def cmd_rtl(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_rtl(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return control.set_mode(v, v.flavour.rtl, reason="gcs_rtl")
 
 
-def cmd_do_set_mode(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_do_set_mode(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return control.set_mode_raw(v, p[0], round(p[1]), round(p[2]))
 
 
-def cmd_reposition(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_reposition(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     if frame is None:  # COMMAND_LONG: degrees in param5/6, altitude relative to home
         lat, lon, frame = p[4], p[5], R.MAV_FRAME_GLOBAL_RELATIVE_ALT
     else:
@@ -247,9 +207,9 @@ def cmd_reposition(v: VehicleModel, p: tuple[float, ...], frame: int | None, par
     return control.goto(v, lat, lon, alt)
 
 
-def cmd_mission_start(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_mission_start(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     first = round(p[0])
-    start = first + v._seq_offset if first > 0 else 1  # the first item after the home
+    start = first + seq_offset(v) if first > 0 else 1  # the first item after the home
     result = control.set_mode(v, v.flavour.auto, reason="gcs_mission_start")
     if result != ACCEPTED:
         return result
@@ -260,7 +220,7 @@ def cmd_mission_start(v: VehicleModel, p: tuple[float, ...], frame: int | None, 
     return ACCEPTED
 
 
-def cmd_reboot(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_reboot(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     if round(p[0]) not in (1, 3):
         return UNSUPPORTED if round(p[0]) != 0 else ACCEPTED
     if v.armed:
@@ -268,15 +228,15 @@ def cmd_reboot(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner
     return ACCEPTED  # the reboot happens once the ACK is out (reboot_pending)
 
 
-def cmd_set_message_interval(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_set_message_interval(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return ACCEPTED if v.schedule.set_interval(round(p[0]), float(p[1]), now) else FAILED
 
 
-def cmd_get_message_interval(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_get_message_interval(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return ACCEPTED if round(p[0]) in streams.STREAMABLE else FAILED
 
 
-def cmd_request_message(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_request_message(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     msg_id = round(p[0])
     if msg_id == R.MAVLINK_MSG_ID_AUTOPILOT_VERSION:
         return ACCEPTED
@@ -285,24 +245,24 @@ def cmd_request_message(v: VehicleModel, p: tuple[float, ...], frame: int | None
     return ACCEPTED if msg_id in streams.STREAMABLE else FAILED
 
 
-def cmd_capabilities(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_capabilities(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     return ACCEPTED
 
 
-def cmd_set_mission_current(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
-    if not flight.set_mission_current(v, round(p[0]) + v._seq_offset):
+def cmd_set_mission_current(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+    if not flight.set_mission_current(v, round(p[0]) + seq_offset(v)):
         return FAILED
     telemetry.send_mission_current(v)
     return ACCEPTED
 
 
-def cmd_change_speed(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_change_speed(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     if p[1] > 0:
         v.speed_m_s = float(p[1])
     return ACCEPTED
 
 
-def cmd_set_home(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_set_home(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     if round(p[0]) == 1:
         if not v.position_ok:
             return FAILED
@@ -315,17 +275,17 @@ def cmd_set_home(v: VehicleModel, p: tuple[float, ...], frame: int | None, partn
     return ACCEPTED
 
 
-def cmd_fence_enable(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_fence_enable(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     if round(p[0]) not in (0, 1):
         return UNSUPPORTED
     v.params["FENCE_ENABLE"] = float(round(p[0]))
     return ACCEPTED
 
 
-def cmd_get_home(v: VehicleModel, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
+def cmd_get_home(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
     if v.home is None:
         return FAILED
-    v._send(telemetry.home_position(v))
+    send(v, telemetry.home_position(v))
     return ACCEPTED
 
 

@@ -16,7 +16,7 @@ import operator
 import struct
 from typing import Any, Final
 
-from fastcrc.crc16 import mcrf4xx as _crc  # a hard dependency of the project (see PERFORMANCE.md)
+from fastcrc.crc16 import mcrf4xx as _crc  # a hard dependency of the project (docs/performance.md)
 from pymavlink.dialects.v20 import ardupilotmega as mavlink2
 
 _HEADER: Final = struct.Struct("<BBBBBBBHB")

@@ -1,30 +1,28 @@
-"""How a vehicle model moves: kinematics, RTL and flying the AUTO mission.
+"""How a vehicle moves: kinematics, landing, RTL and flying the AUTO mission.
 
-Part of `mavjet.sim.model.VehicleModel`, which keeps the state; `physics(v, dt)` is
-its per-step motion. Deliberately simple: straight lines at a constant
-speed, climbs and descents at the WPNAV_/LAND_ rates, no wind, no
-acceleration. AUTO follows ArduCopter: home at seq 0, DO_ items done at
-once, one navigation item per step, and MISSION_ITEM_REACHED coalesced as a
-real ArduCopter sends it. Functions over the model, not a mixin: see
-`mavjet.sim.commands`.
+Step functions over `mavjet.sim.state.VehicleState`; `physics(s, dt)` is the
+per-step motion. Deliberately simple: straight lines at a constant speed,
+climbs and descents at the WPNAV_/LAND_ rates, no wind, no acceleration.
+AUTO follows ArduCopter: home at seq 0, DO_ items done at once, one
+navigation item per step, and MISSION_ITEM_REACHED coalesced as a real
+ArduCopter sends it. Cutting the motors (`disarm_now`) lives here too: a
+landing ends in it, and the arming rules above (`mavjet.sim.control`) call it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from mavjet.sim import control, geo, telemetry
+from mavjet.sim import geo, telemetry
 from mavjet.sim.consts import NAV_CMDS_MAX, R
-from mavjet.sim.missions import SimMissionItem
-
-if TYPE_CHECKING:
-    from mavjet.sim.model import VehicleModel
+from mavjet.sim.missionitem import SimMissionItem
+from mavjet.sim.state import VehicleState, mission_view, mode_named, send, text
 
 _GLOBAL_AMSL_FRAMES: Final = frozenset({R.MAV_FRAME_GLOBAL, R.MAV_FRAME_GLOBAL_INT})
 
 
-def physics(v: VehicleModel, dt: float) -> None:
+def physics(v: VehicleState, dt: float) -> None:
     v.consumed_mah += v.current_a * dt / 3.6 * v.opts.battery_drain_scale
     if not v.armed:
         if v.alt_m > 0.0:  # motors off in the air: fall
@@ -45,7 +43,7 @@ def physics(v: VehicleModel, dt: float) -> None:
         if v.alt_m >= v.takeoff_alt_m - 0.05:
             v.takeoff_alt_m = None
             if v.flavour.after_takeoff is not None and v.fmode.name == v.flavour.takeoff:
-                v.fmode = v._mode_or_die(v.flavour.after_takeoff)
+                v.fmode = mode_named(v, v.flavour.after_takeoff)
         return
     if behaviour == "guided" and v.target is not None:
         fly_to(v, *v.target, dt)
@@ -59,13 +57,22 @@ def physics(v: VehicleModel, dt: float) -> None:
         v.vn = v.ve = v.vd = 0.0
 
 
-def speed(v: VehicleModel) -> float:
+def disarm_now(v: VehicleState, why: str) -> None:
+    """Motors off now, whatever the vehicle is doing (`why` is counted in `stats.extra`)."""
+    v.armed = False
+    v.takeoff_alt_m = None
+    v.vn = v.ve = v.vd = 0.0
+    text(v, R.MAV_SEVERITY_INFO, "Disarming motors")
+    v.stats.extra[f"disarm_{why}"] = v.stats.extra.get(f"disarm_{why}", 0) + 1
+
+
+def speed(v: VehicleState) -> float:
     if v.speed_m_s is not None:
         return v.speed_m_s
     return max(v.params["WPNAV_SPEED"] / 100.0, 0.2)
 
 
-def climb_to(v: VehicleModel, alt_m: float, dt: float) -> None:
+def climb_to(v: VehicleState, alt_m: float, dt: float) -> None:
     dz = alt_m - v.alt_m
     rate = (v.params["WPNAV_SPEED_UP"] if dz > 0 else v.params["WPNAV_SPEED_DN"]) / 100.0
     step = max(rate, 0.1) * dt
@@ -79,7 +86,7 @@ def climb_to(v: VehicleModel, alt_m: float, dt: float) -> None:
         v.landed = False
 
 
-def fly_to(v: VehicleModel, lat: float, lon: float, alt_m: float | None, dt: float) -> bool:
+def fly_to(v: VehicleState, lat: float, lon: float, alt_m: float | None, dt: float) -> bool:
     """Move toward the point; True once within WPNAV_RADIUS horizontally and 0.5 m vertically."""
     n, e = geo.north_east(v.lat_deg, v.lon_deg, lat, lon)
     dist = math.hypot(n, e)
@@ -104,7 +111,7 @@ def fly_to(v: VehicleModel, lat: float, lon: float, alt_m: float | None, dt: flo
     return dist <= radius and (alt_m is None or abs(alt_m - v.alt_m) < 0.5)
 
 
-def land(v: VehicleModel, dt: float, lat: float | None = None, lon: float | None = None) -> bool:
+def land(v: VehicleState, dt: float, lat: float | None = None, lon: float | None = None) -> bool:
     """Descend (toward lat/lon first when given); True on touchdown."""
     if lat is not None and lon is not None and geo.distance_m(v.lat_deg, v.lon_deg, lat, lon) > 0.5:
         fly_to(v, lat, lon, None, dt)
@@ -119,29 +126,12 @@ def land(v: VehicleModel, dt: float, lat: float | None = None, lon: float | None
         v.landed = True
         v.landed_since = v.now
         if v.armed:
-            control.disarm_now(v, "landed")
+            disarm_now(v, "landed")
         return True
     return False
 
 
-def descending_to_land(v: VehicleModel) -> bool:
-    b = v.fmode.behaviour
-    if b == "land":
-        return True
-    if b == "rtl" and v.rtl_phase == "land":
-        return True
-    if b == "auto":
-        items = v._mission()
-        if 0 < v.mission_seq < len(items):
-            cmd = items[v.mission_seq].command
-            if cmd == R.MAV_CMD_NAV_LAND:
-                return True
-            if cmd == R.MAV_CMD_NAV_RETURN_TO_LAUNCH and v.rtl_phase == "land":
-                return True
-    return False
-
-
-def rtl_start(v: VehicleModel) -> None:
+def rtl_start(v: VehicleState) -> None:
     rtl_alt = v.params["RTL_ALT"] / 100.0
     if v.params["FENCE_ENABLE"] and int(v.params["FENCE_TYPE"]) & 1:
         rtl_alt = min(rtl_alt, v.params["FENCE_ALT_MAX"] - max(v.params["FENCE_MARGIN"], 1.0))
@@ -149,7 +139,7 @@ def rtl_start(v: VehicleModel) -> None:
     v.rtl_phase = "land" if v.landed or v.home is None else "climb"
 
 
-def rtl(v: VehicleModel, dt: float, *, in_mission: bool) -> bool:
+def rtl(v: VehicleState, dt: float, *, in_mission: bool) -> bool:
     """One step of return-to-launch; True on touchdown."""
     home = v.home
     if v.rtl_phase == "climb":
@@ -175,15 +165,15 @@ def rtl(v: VehicleModel, dt: float, *, in_mission: bool) -> bool:
     return land(v, dt)
 
 
-def auto_start(v: VehicleModel, seq: int) -> None:
+def auto_start(v: VehicleState, seq: int) -> None:
     v.mission_seq = seq
     v.item_started = False
     v.item_hold_until = None
     v.mission_state = R.MISSION_STATE_ACTIVE
 
 
-def set_mission_current(v: VehicleModel, seq: int) -> bool:
-    if not 0 < seq < len(v._mission()):
+def set_mission_current(v: VehicleState, seq: int) -> bool:
+    if not 0 < seq < len(mission_view(v)):
         return False
     v.mission_seq = seq
     v.item_started = False
@@ -193,29 +183,29 @@ def set_mission_current(v: VehicleModel, seq: int) -> bool:
     return True
 
 
-def auto_wants_takeoff(v: VehicleModel) -> bool:
+def auto_wants_takeoff(v: VehicleState) -> bool:
     if v.fmode.behaviour != "auto" or v.mission_state != R.MISSION_STATE_ACTIVE:
         return False
-    items = v._mission()
+    items = mission_view(v)
     return 0 < v.mission_seq < len(items) and items[v.mission_seq].command == R.MAV_CMD_NAV_TAKEOFF
 
 
-def item_alt(v: VehicleModel, item: SimMissionItem) -> float:
+def item_alt(v: VehicleState, item: SimMissionItem) -> float:
     return rel_alt(v, item.z, item.frame)
 
 
-def rel_alt(v: VehicleModel, z: float, frame: int) -> float:
+def rel_alt(v: VehicleState, z: float, frame: int) -> float:
     if frame in _GLOBAL_AMSL_FRAMES:
         base = v.home[2] if v.home is not None else v.ground_amsl_m
         return z - base
     return z
 
 
-def auto(v: VehicleModel, dt: float) -> None:
+def auto(v: VehicleState, dt: float) -> None:
     # ArduPilot keeps one "item reached" slot that its telemetry sends later: a
     # navigation item followed at once by DO_ items is reported as the last DO_
     # item's seq only (MISSION_ITEM_REACHED coalescing, seen on a real ArduCopter).
-    items = v._mission()
+    items = mission_view(v)
     reached: int | None = None
     for _ in range(len(items)):  # DO_ items complete instantly; bounded by the list
         if v.mission_state != R.MISSION_STATE_ACTIVE or not 0 < v.mission_seq < len(items):
@@ -234,7 +224,7 @@ def auto(v: VehicleModel, dt: float) -> None:
         if not done:
             break
         if is_nav:
-            v._text(R.MAV_SEVERITY_INFO, f"Reached command #{item.seq}")
+            text(v, R.MAV_SEVERITY_INFO, f"Reached command #{item.seq}")
             reached = item.seq
         elif reached is not None and v.flavour.name == "ardupilot":
             reached = item.seq
@@ -243,7 +233,7 @@ def auto(v: VehicleModel, dt: float) -> None:
         report_reached(v, reached)
 
 
-def run_item(v: VehicleModel, item: SimMissionItem, dt: float) -> bool:
+def run_item(v: VehicleState, item: SimMissionItem, dt: float) -> bool:
     cmd = item.command
     if cmd >= NAV_CMDS_MAX:  # DO_/CONDITION_ commands
         if cmd == R.MAV_CMD_DO_CHANGE_SPEED and item.param2 > 0:
@@ -291,18 +281,18 @@ def run_item(v: VehicleModel, item: SimMissionItem, dt: float) -> bool:
     return True  # navigation commands the simulator does not model are skipped
 
 
-def report_reached(v: VehicleModel, seq: int) -> None:
+def report_reached(v: VehicleState, seq: int) -> None:
     v.reached.append(seq)
     del v.reached[:-1000]
-    v._send(R.MAVLink_mission_item_reached_message(seq))
+    send(v, R.MAVLink_mission_item_reached_message(seq))
 
 
-def advance(v: VehicleModel, count: int) -> None:
+def advance(v: VehicleState, count: int) -> None:
     v.item_started = False
     v.item_hold_until = None
     if v.mission_seq + 1 >= count:
         v.mission_state = R.MISSION_STATE_COMPLETE
-        v._text(R.MAV_SEVERITY_INFO, "Mission complete")
+        text(v, R.MAV_SEVERITY_INFO, "Mission complete")
     else:
         v.mission_seq += 1
     telemetry.send_mission_current(v)

@@ -20,12 +20,11 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from pymavlink.dialects.v20 import ardupilotmega as M
 
-if TYPE_CHECKING:  # mavjet.sim.missions imports this module
-    from mavjet.sim.missions import SimMissionItem
+from mavjet.sim.missionitem import SimMissionItem
 
 FENCE: Final = int(M.MAV_MISSION_TYPE_FENCE)
 

@@ -1,27 +1,29 @@
-"""What a vehicle model says unasked or on request: streamed telemetry, home, identity.
+"""What a vehicle says unasked or on request: streamed telemetry, home, identity, parameter values.
 
-Part of `mavjet.sim.model.VehicleModel`, which keeps the state; `mavjet.sim.streams.Schedule`
-decides when each stream is due and `emit(v, msg_id)` produces it. Hot
-streams are appended to `v.out` as `(Packer, values)` for `mavjet.sim.encoder`;
-the rest as pymavlink messages. HEARTBEAT's base_mode and system_status
-follow ArduCopter's GCS_MAVLINK_Copter and PX4's mode_util as recorded.
-Also the link-level inputs that only touch telemetry (HEARTBEAT, TIMESYNC,
-REQUEST_DATA_STREAM). Functions over the model, not a mixin: see
-`mavjet.sim.commands`.
+Step functions over `mavjet.sim.state.VehicleState` that put messages in its
+outbox: `mavjet.sim.streams.Schedule` decides when each stream is due and
+`emit(s, msg_id)` produces it. Hot streams go out as `(Packer, values)` for
+`mavjet.sim.encoder`; the rest as pymavlink messages. HEARTBEAT's base_mode
+and system_status follow ArduCopter's GCS_MAVLINK_Copter and PX4's
+mode_util as recorded. Also PARAM_VALUE (ArduPilot's and PX4's index and
+type rules) and the link-level inputs that only touch telemetry (HEARTBEAT,
+TIMESYNC, REQUEST_DATA_STREAM). The lowest of the step modules: it reads
+the state and the checks' verdicts (`mavjet.sim.health`) and changes
+nothing but home and the outbox.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from mavjet.sim import encoder as enc
-from mavjet.sim import failsafe, stores, streams
+from mavjet.sim import health, params, streams
 from mavjet.sim.consts import PX4_MAIN_AUTO, R
-from mavjet.sim.missions import SimMissionItem
+from mavjet.sim.missionitem import SimMissionItem
+from mavjet.sim.state import VehicleState, mission_view, send, seq_offset
 
-if TYPE_CHECKING:
-    from mavjet.sim.model import VehicleModel
+NO_INDEX: Final = 65535  # PARAM_VALUE.param_index ArduPilot sends for reads by name, sets and broadcasts
 
 # ArduCopter's HEARTBEAT sets GUIDED_ENABLED while its horizontal position controller runs: always in
 # GUIDED and LAND (seen after a LAND's disarm too), in the other position modes only while armed (RTL
@@ -49,35 +51,35 @@ _SENSORS: Final[int] = (
 )
 
 
-def on_heartbeat(v: VehicleModel, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+def on_heartbeat(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     return None  # ground stations' heartbeats need no answer
 
 
-def on_timesync(v: VehicleModel, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+def on_timesync(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     if msg.tc1 == 0:
-        v._send(R.MAVLink_timesync_message(int((now - v.boot_at) * 1e9), msg.ts1))
+        send(v, R.MAVLink_timesync_message(int((now - v.boot_at) * 1e9), msg.ts1))
 
 
-def on_request_data_stream(v: VehicleModel, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
+def on_request_data_stream(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     v.schedule.request_stream(int(msg.req_stream_id), float(msg.req_message_rate), bool(msg.start_stop), now)
 
 
-def set_home(v: VehicleModel, lat: float, lon: float, amsl: float) -> None:
+def set_home(v: VehicleState, lat: float, lon: float, amsl: float) -> None:
     v.home = (lat, lon, amsl)
     v.missions.home_item = SimMissionItem(
         seq=0, frame=R.MAV_FRAME_GLOBAL, command=R.MAV_CMD_NAV_WAYPOINT, x=round(lat * 1e7), y=round(lon * 1e7), z=amsl
     )
-    v._send(home_position(v))
+    send(v, home_position(v))
 
 
-def send_origin(v: VehicleModel) -> None:
+def send_origin(v: VehicleState) -> None:
     if v.flavour.name == "ardupilot":
-        v._send(R.MAVLink_gps_global_origin_message(
+        send(v, R.MAVLink_gps_global_origin_message(
             round(v.lat_deg * 1e7), round(v.lon_deg * 1e7), round(v.alt_amsl_m * 1000), unix_us(v),
         ))  # fmt: skip
 
 
-def home_position(v: VehicleModel) -> Any:
+def home_position(v: VehicleState) -> Any:
     h = v.home or (0.0, 0.0, 0.0)
     return R.MAVLink_home_position_message(
         round(h[0] * 1e7), round(h[1] * 1e7), round(h[2] * 1000), 0.0, 0.0, 0.0, [1.0, 0.0, 0.0, 0.0], 0.0, 0.0, 0.0,
@@ -85,22 +87,42 @@ def home_position(v: VehicleModel) -> Any:
     )  # fmt: skip
 
 
-def unix_us(v: VehicleModel) -> int:
+def unix_us(v: VehicleState) -> int:
     return int((v.opts.epoch_unix_s + v.now) * 1e6) if v.gps_fix else 0
 
 
-def send_mission_current(v: VehicleModel) -> None:
+def send_param(v: VehicleState, idx: int, wire_index: int | None = None) -> None:
+    spec = params.SPECS[idx]
+    index = idx if wire_index is None else wire_index
+    value, ptype = v.params[spec.name], spec.type
+    if not v.is_ap:
+        # PX4's MavlinkParametersManager::send_param: always the param's own index, INT32 or REAL32 only,
+        # an INT32's bytes copied into the float (MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE)
+        index = idx
+        if ptype != params.REAL32:
+            value, ptype = params.to_bytewise(value), params.INT32
+    send(v, R.MAVLink_param_value_message(spec.name.encode(), value, ptype, len(params.SPECS), index))
+
+
+def notify_param(v: VehicleState, name: str, value: float) -> None:
+    """An unsolicited PARAM_VALUE (index 65535) when the vehicle changes a parameter itself."""
+    if v.params.get(name) != value:
+        v.params[name] = value
+        send_param(v, params.INDEX[name], NO_INDEX)
+
+
+def send_mission_current(v: VehicleState) -> None:
     emit(v, streams.MISSION_CURRENT)
 
 
-def send_requested(v: VehicleModel, msg_id: int) -> None:
+def send_requested(v: VehicleState, msg_id: int) -> None:
     if msg_id == R.MAVLINK_MSG_ID_AUTOPILOT_VERSION:
-        v._send(autopilot_version(v))
+        send(v, autopilot_version(v))
     else:
         emit(v, msg_id, force=True)
 
 
-def firmware_string(v: VehicleModel) -> str:
+def firmware_string(v: VehicleState) -> str:
     """The version text both autopilots print at boot."""
     maj, mnr, pat = v.flavour.version
     name = "ArduCopter" if v.flavour.name == "ardupilot" else "PX4"
@@ -108,7 +130,7 @@ def firmware_string(v: VehicleModel) -> str:
     return f"{name} V{maj}.{mnr}.{pat}{dev} (mavjet sim)"
 
 
-def autopilot_version(v: VehicleModel) -> Any:
+def autopilot_version(v: VehicleState) -> Any:
     maj, mnr, pat = v.flavour.version
     caps = (
         R.MAV_PROTOCOL_CAPABILITY_MISSION_FLOAT
@@ -130,7 +152,7 @@ def autopilot_version(v: VehicleModel) -> Any:
     )
 
 
-def emit(v: VehicleModel, msg_id: int, *, force: bool = False) -> None:
+def emit(v: VehicleState, msg_id: int, *, force: bool = False) -> None:
     emitter = _EMITTERS.get(msg_id)
     if emitter is not None:
         emitter(v, force)
@@ -138,7 +160,7 @@ def emit(v: VehicleModel, msg_id: int, *, force: bool = False) -> None:
 
 # One function per streamed message: the tick loop calls these tens of thousands of
 # times a second at load-test sizes, so they avoid properties and module lookups.
-def _e_global_position_int(v: VehicleModel, force: bool) -> None:
+def _e_global_position_int(v: VehicleState, force: bool) -> None:
     alt = v.alt_m
     v.out.append((_P_GPI, (
         int((v.now - v.boot_at) * 1000), round(v.lat_deg * 1e7), round(v.lon_deg * 1e7),
@@ -147,7 +169,7 @@ def _e_global_position_int(v: VehicleModel, force: bool) -> None:
     )))  # fmt: skip
 
 
-def _e_attitude(v: VehicleModel, force: bool) -> None:
+def _e_attitude(v: VehicleState, force: bool) -> None:
     gs = math.hypot(v.vn, v.ve)
     pitch = -0.02 * (gs if gs < 15.0 else 15.0)  # nose down when moving, roughly
     yaw = math.radians(v.heading_deg)
@@ -156,11 +178,11 @@ def _e_attitude(v: VehicleModel, force: bool) -> None:
     v.out.append((_P_ATT, (int((v.now - v.boot_at) * 1000), v.roll, pitch, yaw, 0.0, 0.0, 0.0)))
 
 
-def _e_heartbeat(v: VehicleModel, force: bool) -> None:
+def _e_heartbeat(v: VehicleState, force: bool) -> None:
     v.out.append((enc.HEARTBEAT, _heartbeat_values(v)))
 
 
-def _e_sys_status(v: VehicleModel, force: bool) -> None:
+def _e_sys_status(v: VehicleState, force: bool) -> None:
     health = _SENSORS
     if not v.gps_fix:
         health &= ~R.MAV_SYS_STATUS_SENSOR_GPS
@@ -174,7 +196,7 @@ def _e_sys_status(v: VehicleModel, force: bool) -> None:
     )))  # fmt: skip
 
 
-def _e_gps_raw_int(v: VehicleModel, force: bool) -> None:
+def _e_gps_raw_int(v: VehicleState, force: bool) -> None:
     fix = v.gps_fix
     amsl_mm = round((v.ground_amsl_m + v.alt_m) * 1000)
     v.out.append((enc.GPS_RAW_INT, (
@@ -184,7 +206,7 @@ def _e_gps_raw_int(v: VehicleModel, force: bool) -> None:
     )))  # fmt: skip
 
 
-def _e_vfr_hud(v: VehicleModel, force: bool) -> None:
+def _e_vfr_hud(v: VehicleState, force: bool) -> None:
     gs = math.hypot(v.vn, v.ve)
     throttle = 0 if not v.armed else (12 if v.landed else 48)
     v.out.append((enc.VFR_HUD, (
@@ -192,37 +214,37 @@ def _e_vfr_hud(v: VehicleModel, force: bool) -> None:
     )))  # fmt: skip
 
 
-def _e_extended_sys_state(v: VehicleModel, force: bool) -> None:
+def _e_extended_sys_state(v: VehicleState, force: bool) -> None:
     # ArduCopter reports vtol_state MAV_VTOL_STATE_MC (3); PX4 leaves a non-VTOL UNDEFINED (0)
-    v.out.append((enc.EXTENDED_SYS_STATE, (v._vtol_state, v.landed_state)))
+    v.out.append((enc.EXTENDED_SYS_STATE, (v.vtol_state, v.landed_state)))
 
 
-def _e_terrain_request(v: VehicleModel, force: bool) -> None:
+def _e_terrain_request(v: VehicleState, force: bool) -> None:
     if v.params["TERRAIN_ENABLE"] and v.flavour.name == "ardupilot":
-        v._terrain_in_use = True
-        msg = v.terrain.request(stores.terrain_position(v), v.now)
+        v.terrain_in_use = True
+        msg = v.terrain.request(health.terrain_position(v), v.now)
         if msg is not None:
             v.out.append(msg)
 
 
-def _e_terrain_report(v: VehicleModel, force: bool) -> None:
-    pos = stores.terrain_position(v)
+def _e_terrain_report(v: VehicleState, force: bool) -> None:
+    pos = health.terrain_position(v)
     if v.params["TERRAIN_ENABLE"] and pos is not None and v.flavour.name == "ardupilot":
-        v._terrain_in_use = True
-        v.out.append(v.terrain.report(*pos, home=stores.terrain_home(v), rel_alt_m=v.alt_m))
+        v.terrain_in_use = True
+        v.out.append(v.terrain.report(*pos, home=health.terrain_home(v), rel_alt_m=v.alt_m))
 
 
-def _e_system_time(v: VehicleModel, force: bool) -> None:
+def _e_system_time(v: VehicleState, force: bool) -> None:
     v.out.append((enc.SYSTEM_TIME, (unix_us(v), int((v.now - v.boot_at) * 1000))))
 
 
-def _e_battery_status(v: VehicleModel, force: bool) -> None:
+def _e_battery_status(v: VehicleState, force: bool) -> None:
     mv = round(v.battery_v * 1000)
     charge = (
         R.MAV_BATTERY_CHARGE_STATE_OK,
         R.MAV_BATTERY_CHARGE_STATE_LOW,
         R.MAV_BATTERY_CHARGE_STATE_CRITICAL,
-    )[failsafe.battery_level(v)]
+    )[health.battery_level(v)]
     v.out.append(R.MAVLink_battery_status_message(
         0, R.MAV_BATTERY_FUNCTION_ALL, R.MAV_BATTERY_TYPE_LIPO, 32767, [mv] + [65535] * 9,
         round(v.current_a * 100), round(v.consumed_mah), round(v.consumed_mah * v.battery_v * 0.036),
@@ -230,19 +252,19 @@ def _e_battery_status(v: VehicleModel, force: bool) -> None:
     ))  # fmt: skip
 
 
-def _e_home_position(v: VehicleModel, force: bool) -> None:
+def _e_home_position(v: VehicleState, force: bool) -> None:
     if v.home is not None:
         v.out.append(home_position(v))
 
 
-def _e_mission_current(v: VehicleModel, force: bool) -> None:
-    n = len(v._mission())  # with the home (or PX4's placeholder)
+def _e_mission_current(v: VehicleState, force: bool) -> None:
+    n = len(mission_view(v))  # with the home (or PX4's placeholder)
     state = v.mission_state if n > 1 else R.MISSION_STATE_NO_MISSION
     in_mission = 1 if v.fmode.behaviour == "auto" else 2
-    v.out.append((enc.MISSION_CURRENT, (v.mission_seq - v._seq_offset, n - 1, state, in_mission)))
+    v.out.append((enc.MISSION_CURRENT, (v.mission_seq - seq_offset(v), n - 1, state, in_mission)))
 
 
-def _e_fence_status(v: VehicleModel, force: bool) -> None:
+def _e_fence_status(v: VehicleState, force: bool) -> None:
     f = v.fence
     if v.params["FENCE_ENABLE"] or force or f.breach_count:
         v.out.append((enc.FENCE_STATUS, (
@@ -250,7 +272,7 @@ def _e_fence_status(v: VehicleModel, force: bool) -> None:
         )))  # fmt: skip
 
 
-def _heartbeat_values(v: VehicleModel) -> tuple[int, ...]:
+def _heartbeat_values(v: VehicleState) -> tuple[int, ...]:
     if v.flavour.name == "ardupilot":
         return _heartbeat_ardupilot(v)
     # PX4's HEARTBEAT stream from vehicle_control_mode (mode_util::getVehicleControlMode, multicopter):
@@ -270,7 +292,7 @@ def _heartbeat_values(v: VehicleModel) -> tuple[int, ...]:
     return (R.MAV_TYPE_QUADROTOR, v.flavour.autopilot, base, v.fmode.custom_mode, status, 3)
 
 
-def _heartbeat_ardupilot(v: VehicleModel) -> tuple[int, ...]:
+def _heartbeat_ardupilot(v: VehicleState) -> tuple[int, ...]:
     """GCS_MAVLINK_Copter::base_mode and vehicle_system_status, as a real ArduCopter reports them."""
     name = v.fmode.name
     if not v.initialised:

@@ -218,10 +218,10 @@ class CommandService:
             for vehicle in ctx.vehicles.values():
                 self.loops[vehicle.vid] = VehicleCommands(vehicle, ledger, ctx, keepalives, api_limiter=api)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(keepalives.run, name="mavjet.gateway.commands.in_progress")
+                tg.start_soon(keepalives.run, name="gateway.commands.in_progress")
                 for vid, loop in self.loops.items():
                     tg.start_soon(loop.run, name=f"vehicle[{vid}].commands")
-                tg.start_soon(self._prune, ledger, name="mavjet.gateway.commands.ledger_prune")
+                tg.start_soon(self._prune, ledger, name="gateway.commands.ledger_prune")
                 self.started.set()
                 task_status.started()
         finally:

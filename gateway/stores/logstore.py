@@ -186,7 +186,7 @@ class _FilteredConsumer:
 
 
 class ConsumerChunkReader:
-    """`mavjet.gateway.stores.blobs.ChunkReader` through a filtered consumer (per-subject permission suffices)."""
+    """`mavjet.gateway.stores.chunks.ChunkReader` through a filtered consumer (per-subject permission suffices)."""
 
     def __init__(self, js: JetStreamContext, subject: str) -> None:
         self.consumer = _FilteredConsumer(js, subject)

@@ -14,9 +14,9 @@ Status text follows gateway/twin/statustext.py: repeats collapsed per window,
 in-gateway subscribers as `internal` events (a command waiting for the
 reason of a refusal must see every PreArm line).
 
-Length: about 470 lines, over the project's ~400, because it is the hot
-loop: one `update()` dispatch per message over plain attributes; splitting
-the handlers across modules would add a call per message.
+One module on purpose: it is the hot loop, one `update()` dispatch per
+message over plain attributes; splitting the handlers across modules would add
+a call per message.
 """
 
 from __future__ import annotations
