@@ -123,3 +123,18 @@ def parse_subject(subject: str) -> tuple[str, str, str, str]:
     if len(parts) < 6 or parts[0] != "fleet" or parts[2] != "veh":
         raise ValueError(f"not a fleet subject: {subject!r}")
     return parts[1], parts[3], parts[4], ".".join(parts[5:])
+
+
+# Ownership (docs/ownership.md): one lease per vehicle in TWIN_LEASES, held by the gateway that may act.
+LEASES_BUCKET = "TWIN_LEASES"
+LEASES_STREAM = f"KV_{LEASES_BUCKET}"  # the stream behind the lease bucket
+
+
+def lease_key(env: str, vid: str) -> str:
+    """KV key of a vehicle's lease (beside its shadow keys, so a credential can be limited to its own)."""
+    return f"fleet.{env}.veh.{vid}.lease"
+
+
+def lease_kv_subject(key: str) -> str:
+    """The stream subject of a lease key."""
+    return f"$KV.{LEASES_BUCKET}.{key}"

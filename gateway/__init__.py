@@ -9,4 +9,5 @@ The folders answer one question each:
 - `stores/`   where do artifacts go (TWIN_BLOBS, TWIN_LOGS, TWIN_TRACKS)
 - `runtime/`  how does the process run (workers, layout, systemd, logs, metrics)
 - `commands/` and `shadow/` the two services that act on a vehicle
+- `ownership/` which gateway may act for a vehicle (a lease per vehicle, docs/ownership.md)
 """

@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mavjet provision",
         description="Create or update the twin's streams (TWIN_STATE, TWIN_EVENTS, TWIN_CMD, TWIN_LOGS, ...), "
-        "TWIN_SHADOW and TWIN_BLOBS from the definitions in deploy/jetstream/. Safe to run again.",
+        "TWIN_SHADOW, TWIN_LEASES and TWIN_BLOBS from the definitions in deploy/jetstream/. Safe to run again.",
     )
     natsconn.add_nats_arguments(p)
     p.add_argument("--replicas", type=int, default=1, help="1 on a single server, 3 on a cluster (default: 1)")

@@ -42,6 +42,7 @@ from mavjet.gateway.publish.statepub import subscribe_direct
 from mavjet.gateway.publish.uplink import UplinkConfig
 from mavjet.gateway.runtime.metrics import GatewayMetrics
 from mavjet.ops.natsserver import NatsServer
+from tests.support.natsorder import ordered_deliveries
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("contract", "drivers", "gateway", "ops", "sim", "analytics", "benchmarks")
@@ -205,22 +206,8 @@ async def test_the_public_flush_still_orders_a_subscription_before_another_conne
         nats_server: NatsServer, client: Client) -> None:
     """`FlushTwiceClient`: what `OrderedFlushClient` guarantees (tests/gateway/test_natsconn_flush.py), publicly."""
     other = await open_client(nats_server.url)
-    seen = 0
     try:
-        for i in range(50):
-            got = anyio.Event()
-
-            async def on(_: Msg, got: anyio.Event = got) -> None:
-                got.set()
-
-            sub = await client.subscribe(f"order.{i}", cb=on)
-            await client.flush()
-            await other.publish(f"order.{i}", b"x")
-            await other.flush()
-            with anyio.move_on_after(5):
-                await got.wait()
-            seen += got.is_set()
-            await sub.unsubscribe()
+        seen = await ordered_deliveries(client, other, rounds=50, prefix="order")
     finally:
         await other.close()
     assert seen == 50

@@ -62,7 +62,7 @@ async def test_provision_r3_and_failover(nats_cluster: NatsCluster, cluster_nc: 
     out = provision_cluster(nats_cluster)
     assert "create    stream TWIN_EVENTS" in out and "create    kv TWIN_SHADOW" in out
     js = cluster_nc.jetstream(timeout=2)
-    for stream in ("TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS"):
+    for stream in ("TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "KV_TWIN_LEASES"):
         info = await retrying(lambda s=stream: js.stream_info(s), what=f"{stream} info")  # type: ignore[misc]
         assert info.config.num_replicas == 3, stream
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import anyio
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from mavjet.contract.natsadapter import OrderedFlushClient
 from mavjet.contract.natsconn import open_client
 from mavjet.ops.natsserver import NatsServer
+from tests.support.natsorder import ordered_deliveries
 
 ROUNDS = 200
 
@@ -31,22 +31,8 @@ async def test_a_subscription_flushed_on_one_connection_sees_the_next_publish_on
     watcher = await open_client(nats_server.url)
     publisher = await open_client(nats_server.url)
     assert isinstance(watcher, OrderedFlushClient)
-    seen = 0
     try:
-        for i in range(ROUNDS):
-            got = anyio.Event()
-
-            async def on(_: Msg, got: anyio.Event = got) -> None:
-                got.set()
-
-            sub = await watcher.subscribe(f"flush.order.{i}", cb=on)
-            await watcher.flush()
-            await publisher.publish(f"flush.order.{i}", b"x")
-            await publisher.flush()
-            with anyio.move_on_after(5):
-                await got.wait()
-            seen += got.is_set()
-            await sub.unsubscribe()
+        seen = await ordered_deliveries(watcher, publisher, rounds=ROUNDS, prefix="flush.order")
     finally:
         await watcher.close()
         await publisher.close()

@@ -20,7 +20,8 @@ from mavjet.ops.provision import (
 
 def test_definitions_follow_the_contract() -> None:
     defs = {d.name: d for d in load_definitions(DEFINITIONS_DIR, env="prod", replicas=3)}
-    assert set(defs) == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS"}
+    assert set(defs) == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS",
+                         "TWIN_LEASES"}
     st = defs["TWIN_STATE"].config
     assert st.subjects == ["fleet.prod.veh.*.state.>"]
     assert st.max_age == 3600 and st.allow_rollup_hdrs and st.num_replicas == 3
@@ -31,6 +32,10 @@ def test_definitions_follow_the_contract() -> None:
     assert defs["TWIN_SHADOW"].config.max_msgs_per_subject == 5
     assert defs["TWIN_SHADOW"].config.allow_direct
     assert defs["TWIN_BLOBS"].chunk_size_bytes == 128 * 1024
+    # One lease per vehicle (docs/ownership.md): replicated like the rest, newest only, read from the leader.
+    leases = defs["TWIN_LEASES"].config
+    assert leases.name == "KV_TWIN_LEASES" and leases.subjects == ["$KV.TWIN_LEASES.>"] and leases.num_replicas == 3
+    assert leases.max_msgs_per_subject == 1 and not leases.allow_direct
     logs = defs["TWIN_LOGS"].config  # under each vehicle's own subjects, so its credential can be scoped to them
     assert logs.subjects == ["fleet.prod.veh.*.logs.>"] and logs.allow_direct and logs.allow_rollup_hdrs
     assert logs.discard == jsapi.DiscardPolicy.NEW  # full: a new log is refused, never an old one's chunks dropped
