@@ -128,7 +128,9 @@ def test_compose_is_consistent() -> None:
     assert prov["entrypoint"] == ["mavjet", "provision"]
     pargs = provision_parser().parse_args(prov["command"])
     assert pargs.replicas == 3 and str(pargs.definitions) == "/opt/mavjet/share/jetstream"
-    assert len(load_definitions(ROOT / "deploy" / "jetstream", env="prod", replicas=3)) == 7  # state, events, cmd, shadow, blobs, logs, tracks
+    names = {d.name for d in load_definitions(ROOT / "deploy" / "jetstream", env="prod", replicas=3)}
+    assert names == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS",
+                     "TWIN_LEASES"}
     assert services["gateway"]["depends_on"]["provision"]["condition"] == "service_completed_successfully"
     margs = monitor_parser().parse_args(services["monitor"]["command"])
     assert margs.listen == "0.0.0.0:9464"
