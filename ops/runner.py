@@ -1,10 +1,15 @@
 """The shared shape of every operator subcommand's `main(argv)`.
 
 Parse, run the command, and turn the project's errors into one line on
-stderr and exit code 2 (Ctrl-C exits 0): callers never see a traceback for a
-bad argument or an unreachable server. Every subcommand's `main` is
+stderr and exit code 2: callers never see a traceback for a bad argument or
+an unreachable server. Every subcommand's `main` is
 `run_cli(build_parser(), run, argv)`; `run` may be a coroutine function or a
 plain function (a command that manages processes rather than a connection).
+
+Like a Unix tool: Ctrl-C exits 130 (128 + SIGINT), and a closed stdout (the
+reader went away: `mavjet events --follow | head -2`) ends the command at
+once with 0, even while it waits for something to print: a thread watches
+stdout for the pipe's error condition and cancels the command.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ import argparse
 import asyncio
 import inspect
 import os
+import select
+import stat
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 
 from mavjet.contract.errors import MavjetError
@@ -21,6 +29,7 @@ from mavjet.contract.redact import redact
 from mavjet.contract.units import parse_duration_s
 
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def duration(text: str) -> float:
@@ -50,8 +59,8 @@ def run_cli(
         print(redact(f"{parser.prog}: {exc}"), file=sys.stderr)  # the one line may quote a URL
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 0
-    except BrokenPipeError:
+        return EXIT_INTERRUPTED
+    except (BrokenPipeError, StdoutClosed):
         # The reader went away (`mavjet events | head`): that is how a pipe ends, not an
         # error. Point stdout at /dev/null so the interpreter's final flush stays quiet.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -59,5 +68,51 @@ def run_cli(
         return 0
 
 
+class StdoutClosed(Exception):  # an ending, not an error: `run_cli` exits 0 on it
+    """Stdout is a pipe whose reader went away."""
+
+
 async def _wait(result: Awaitable[int]) -> int:
-    return await result
+    """Await the command; end it early (StdoutClosed) when stdout's reader goes away first."""
+    task = asyncio.ensure_future(result)
+    closed = threading.Event()
+    if _is_pipe(sys.stdout):
+        loop = asyncio.get_running_loop()
+
+        def on_closed() -> None:
+            closed.set()
+            task.cancel()
+
+        threading.Thread(target=_watch_pipe, args=(sys.stdout.fileno(), lambda: loop.call_soon_threadsafe(on_closed)),
+                         name="mavjet-stdout-watch", daemon=True).start()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if closed.is_set():
+            raise StdoutClosed from None
+        raise
+
+
+def _is_pipe(stream: object) -> bool:
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (AttributeError, OSError, ValueError):  # replaced (pytest's capture), or closed
+        return False
+
+
+def _watch_pipe(fd: int, closed: Callable[[], None]) -> None:
+    """Block until the pipe on `fd` has no reader (POLLERR on a write end), then call `closed`.
+
+    A daemon thread: it never holds the process up, and the command's task is
+    only cancelled through the loop (call_soon_threadsafe)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLERR)  # POLLERR and POLLHUP are reported whatever is registered
+    try:
+        while True:
+            for _, events in poller.poll():
+                if events & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                    closed()
+                    return
+    except (OSError, ValueError, RuntimeError):  # the loop closed first: the command already ended
+        return

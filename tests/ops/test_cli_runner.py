@@ -1,4 +1,4 @@
-"""Every operator subcommand runs through `mavjet.ops.runner.run_cli`: one-line errors (exit 2), Ctrl-C exits 0."""
+"""Every operator subcommand runs through `mavjet.ops.runner.run_cli`: one-line errors (exit 2), Ctrl-C exits 130."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_every_operator_command_uses_run_cli(name: str) -> None:
     assert "run_cli" in calls, f"mavjet {name}: main() bypasses run_cli"
 
 
-def test_run_cli_reports_errors_in_one_line_and_ctrl_c_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_cli_reports_errors_in_one_line_and_ctrl_c_exits_130(capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser(prog="mavjet t")
 
     async def bad(_: argparse.Namespace) -> int:
@@ -49,7 +49,7 @@ def test_run_cli_reports_errors_in_one_line_and_ctrl_c_exits_0(capsys: pytest.Ca
     assert run_cli(parser, bad, []) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("mavjet t: ") and "--x" in err
-    assert run_cli(parser, interrupted, []) == 0
+    assert run_cli(parser, interrupted, []) == 130
     assert run_cli(parser, ok, []) == 0
     assert run_cli(parser, io, [], errors=(OSError,)) == 2
     assert "disk on fire" in capsys.readouterr().err

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import anyio
 import pytest
@@ -96,3 +98,40 @@ async def test_a_closed_pipe_is_not_a_traceback(provisioned: Client, nats_server
     assert out.stdout.count("\n") == 1 and "VID-001" in out.stdout
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
     assert out.returncode == 0, out.stderr
+
+
+async def test_follow_ends_when_its_reader_goes_away_even_with_nothing_to_print(
+        provisioned: Client, nats_server: NatsServer) -> None:
+    """`mavjet events --follow | head -2`: head exits, and so does mavjet, at once (exit 0),
+    though no event comes to be written into the closed pipe."""
+    js = provisioned.jetstream()
+    now_ns = dt.datetime.now(dt.UTC).timestamp() * 1e9
+    for i in range(2):
+        await js.publish(event_subject("test", "VID-001", "statustext"),
+                         pack("VID-001", int(now_ns), {"severity": 6, "text": f"line {i}"}),
+                         headers={"Content-Type": CONTENT_TYPE, "Nats-Msg-Id": f"VID-001:statustext:f{i}"})
+    cmd = (f"{sys.executable} -m mavjet.ops events --follow --since 1h --nats {nats_server.url} --env test"
+           " | head -n 2")
+
+    def pipeline() -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60,
+                             check=False)
+        return out, time.monotonic() - started
+
+    out, took_s = await anyio.to_thread.run_sync(pipeline)
+    assert out.stdout.count("\n") == 2 and "line 1" in out.stdout, out.stdout
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert took_s < 15, took_s  # it used to follow an empty subject until the timeout killed it
+
+
+async def test_ctrl_c_on_follow_exits_130(provisioned: Client, nats_server: NatsServer) -> None:
+    argv = [sys.executable, "-m", "mavjet.ops", "events", "--follow", "--nats", nats_server.url, "--env", "test"]
+    async with await anyio.open_process(argv, stdout=subprocess.DEVNULL) as proc:
+        await anyio.sleep(3)  # connected and following (a start-up Ctrl-C is the same exit)
+        proc.send_signal(signal.SIGINT)
+        with anyio.fail_after(30):
+            rc = await proc.wait()
+        assert proc.stderr is not None
+        err = b"".join([chunk async for chunk in proc.stderr]).decode(errors="replace")
+    assert rc == 130 and "Traceback" not in err, err
