@@ -84,11 +84,15 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     # (--new-compiled) where this machine can build C extensions.
     out = tmp_path / "cmp.json"
     compiled = cannot_compile() is None
+    # The worktree goes under this test's own temporary dir: another test may hold a worktree of
+    # its own meanwhile (make test runs two pytests side by side).
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "mavjet.ops", "bench", "compare", "HEAD", "--rounds", "1", "--json", str(out),
          "--cpu-hog", "1", "--new-arg=--uvloop", *(["--new-compiled"] if compiled else []),
          "--", "ingest", "--vehicles", "2", "--duration", "1", "--warmup", "0.5", "--baseline-seconds", "0.5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False, env={**os.environ, "TMPDIR": str(own_tmp)},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
@@ -121,7 +125,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
                    for p in ("gateway", "sim", "nats")), new
     assert data["cpu_hog"] == 1 and not _hogs_left(), "the load processes outlived the comparison"
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "mavjet-compare-" not in listed  # the temporary worktree is gone
+    assert str(own_tmp) not in listed and not list(own_tmp.iterdir())  # the temporary worktree is gone
     # ... and so is its temporary directory with the rounds' reports (the run lines name them).
     reports = [Path(w) for w in proc.stdout.split() if "mavjet-compare-" in w and w.endswith(".json")]
     assert reports and not any(r.parent.exists() for r in reports), reports

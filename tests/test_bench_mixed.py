@@ -100,17 +100,21 @@ def test_mixed_refuses_uvloop_for_a_gateway_in_process() -> None:
 def test_mixed_runs_the_gateway_of_another_build(tmp_path: Path) -> None:
     """--gateway-ref: the same benchmark around the gateway of a git ref (today's code against the new)."""
     out = tmp_path / "mixed-ref.json"
+    # The worktree goes under this test's own temporary dir: another test's comparison may
+    # hold a worktree of its own meanwhile (make test runs two pytests side by side).
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "mavjet.ops", "bench", "mixed", "--vehicles", "2", "--cmd-rate", "4",
          "--duration", "1", "--warmup", "0.5", "--gateway-ref", "HEAD", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False, env={**os.environ, "TMPDIR": str(own_tmp)},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["gateway_build"].startswith("HEAD (") and res["commands"]["results"] == {"accepted": 4}
     assert res["hot_modules_compiled"] == 0  # a ref's tree runs interpreted
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "mavjet-compare-" not in listed  # the temporary worktree is gone
+    assert str(own_tmp) not in listed and not list(own_tmp.iterdir())  # the temporary worktree is gone
 
 
 async def starts_of(rate_hz: float, seconds: float, seed: int | None) -> list[float]:
