@@ -123,7 +123,7 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     if Path("/proc/self/schedstat").exists():
         assert all(new[f"{p}_cpu_wait_pct"] is not None and new[f"{p}_cpu_wait_pct"] >= 0
                    for p in ("gateway", "sim", "nats")), new
-    assert data["cpu_hog"] == 1 and not _hogs_left(), "the load processes outlived the comparison"
+    assert data["cpu_hog"] == 1 and not _hogs_left(own_tmp), "the load processes outlived the comparison"
     listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert str(own_tmp) not in listed and not list(own_tmp.iterdir())  # the temporary worktree is gone
     # ... and so is its temporary directory with the rounds' reports (the run lines name them).
@@ -131,15 +131,18 @@ def test_compare_runs_both_sides_and_writes_the_table(tmp_path: Path) -> None:
     assert reports and not any(r.parent.exists() for r in reports), reports
 
 
-def _hogs_left() -> list[str]:
-    """Processes still running the load's busy loop (mavjet.benchmarks.kit.cpu_hogs)."""
+def _hogs_left(own_tmp: Path) -> list[str]:
+    """Processes still running the load's busy loop (mavjet.benchmarks.kit.cpu_hogs) that this
+    comparison started: they inherited its TMPDIR (another test's load may be running meanwhile)."""
     left = []
+    marker = f"TMPDIR={own_tmp}".encode()
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"while True: pass" in cmd and b"-c" in cmd:
+        if b"while True: pass" in cmd and b"-c" in cmd and marker in environ.split(b"\0"):
             left.append(proc.name)
     return left
 
