@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from mavjet.ops.compile import LAYERS
+
 ROOT = Path(__file__).resolve().parents[2]
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
@@ -36,6 +38,8 @@ def test_every_package_of_every_layer_is_listed_for_the_wheel() -> None:
     assert on_disk == listed - data_only, "list every package in pyproject.toml [tool.setuptools] packages"
     assert data_only == {"mavjet.sim.plans"} and list((_folder("mavjet.sim.plans")).glob("*.plan"))
     assert set(SETUPTOOLS["package-dir"]) == {f"mavjet.{f}" for f in SETUPTOOLS["package-dir"].values()}
+    # The compiled copy holds the same layers (ops/compile.py lists them for an install without pyproject).
+    assert set(LAYERS) == set(SETUPTOOLS["package-dir"].values())
 
 
 @pytest.fixture(scope="module")

@@ -74,6 +74,18 @@ async def start(tg: anyio.abc.TaskGroup, gw: Gateway) -> None:
     await tg.start(run, name=f"keeper {gw.name}")
 
 
+async def owner_then_standby(tg: anyio.abc.TaskGroup, owner: Gateway, standby: Gateway, vid: str, *,
+                             owns_within_s: float) -> Overlap:
+    """Start `owner` and wait until it may act for `vid`, then `standby` and a watch of both."""
+    await start(tg, owner)
+    with anyio.fail_after(owns_within_s):
+        await owner.keeper.wait_until(vid, owner=True)
+    await start(tg, standby)
+    watch = Overlap([owner, standby], vid)
+    await tg.start(watch.run)
+    return watch
+
+
 @dataclass
 class Overlap:
     """Samples every gateway's `may_act(vid)` every 10 ms: who acted when, and whether two ever did at once."""

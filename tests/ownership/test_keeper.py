@@ -29,6 +29,7 @@ from tests.ownership.support import (
     Gateway,
     Overlap,
     gateway,
+    owner_then_standby,
     provision_leases,
     start,
 )
@@ -87,11 +88,7 @@ async def test_two_keepers_one_owner_per_vehicle(nats_server: NatsServer, leases
 async def test_the_owner_crashing_is_taken_over_within_ttl_plus_2s(nats_server: NatsServer, leases: Client) -> None:
     async with (gateway(nats_server.url, "gw-a", [VID]) as a, gateway(nats_server.url, "gw-b", [VID]) as b,
                 anyio.create_task_group() as tg):
-        await start(tg, a)
-        await owner_of([a], VID, timeout_s=3.0)
-        await start(tg, b)
-        watch = Overlap([a, b], VID)
-        await tg.start(watch.run)
+        watch = await owner_then_standby(tg, a, b, VID, owns_within_s=3.0)
         await anyio.sleep(1.5 * T.renew_every_s)
         assert b.keeper.state(VID) is LeaseState.STANDBY
         token_before = a.keeper.token(VID)
@@ -189,11 +186,7 @@ async def test_an_owner_cut_off_from_nats_stops_acting_before_the_ttl(nats_serve
     try:
         async with (gateway(relay.url, "gw-a", [VID], allow_reconnect=False) as a,
                     gateway(nats_server.url, "gw-b", [VID]) as b, anyio.create_task_group() as tg):
-            await start(tg, a)
-            await owner_of([a], VID, timeout_s=3.0)
-            await start(tg, b)
-            watch = Overlap([a, b], VID)
-            await tg.start(watch.run)
+            watch = await owner_then_standby(tg, a, b, VID, owns_within_s=3.0)
             await anyio.sleep(1.5 * T.renew_every_s)
             assert a.keeper.may_act(VID)
             relay.frozen = True  # a partition: nothing arrives, nothing fails

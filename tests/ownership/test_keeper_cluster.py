@@ -23,7 +23,7 @@ from nats.aio.client import Client
 
 from mavjet.contract.subjects import LEASES_STREAM, lease_key, lease_kv_subject
 from mavjet.gateway.ownership.lease import ChangeKind, LeaseTiming
-from tests.ownership.support import ENV, Overlap, gateway, provision_leases, start
+from tests.ownership.support import ENV, gateway, owner_then_standby, provision_leases
 from tests.support.cluster import NatsCluster
 
 pytestmark = pytest.mark.waits  # a cluster's start and its elections
@@ -85,12 +85,7 @@ async def test_a_follower_killed_the_owner_keeps_acting(nats_cluster: NatsCluste
     async with (gateway(servers(nats_cluster, leader), "gw-a", [VID], **RECONNECT) as a,
                 gateway(servers(nats_cluster, other), "gw-b", [VID], **RECONNECT) as b,
                 anyio.create_task_group() as tg):
-        await start(tg, a)
-        with anyio.fail_after(10.0):
-            await a.keeper.wait_until(VID, owner=True)
-        await start(tg, b)
-        watch = Overlap([a, b], VID)
-        await tg.start(watch.run)
+        watch = await owner_then_standby(tg, a, b, VID, owns_within_s=10.0)
         await anyio.sleep(2 * T.renew_every_s)
         before = await lease_revision(cluster_nc)
         nats_cluster.node_named(victim).stop(kill=True)
@@ -115,12 +110,7 @@ async def test_the_leader_killed_the_owner_is_fenced_then_one_owns(nats_cluster:
     async with (gateway(servers(nats_cluster, leader), "gw-a", [VID], **RECONNECT) as a,
                 gateway(servers(nats_cluster, other), "gw-b", [VID], **RECONNECT) as b,
                 anyio.create_task_group() as tg):
-        await start(tg, a)
-        with anyio.fail_after(10.0):
-            await a.keeper.wait_until(VID, owner=True)
-        await start(tg, b)
-        watch = Overlap([a, b], VID)
-        await tg.start(watch.run)
+        watch = await owner_then_standby(tg, a, b, VID, owns_within_s=10.0)
         await anyio.sleep(2 * T.renew_every_s)
         before = await lease_revision(cluster_nc)
         token_a = a.keeper.token(VID)
