@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := $(VENV)/.installed-demo
+REPORT := $(VENV)/.installed-analytics
 
-.PHONY: demo demo-secure test lint typecheck check bench clean venv links
+.PHONY: demo demo-secure report test lint typecheck check bench clean venv links sitl
 
 # The layers: one folder each, imported as mavjet.<folder> (pyproject.toml's package-dir).
 LAYERS := contract drivers gateway ops sim analytics benchmarks
@@ -29,6 +30,13 @@ $(DEMO): pyproject.toml
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	@touch $(DEMO)
 
+# The report adds the `analytics` extra (pyspark ~400 MB, pandas, pyarrow, matplotlib) to the demo's.
+$(REPORT): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[server,analytics]'
+	@touch $(REPORT)
+
 venv: $(STAMP)
 
 # mypy reads folders, not import hooks: it sees the layers as mavjet.* through links in
@@ -39,6 +47,11 @@ links:
 
 demo: $(DEMO)
 	$(BIN)/mavjet demo
+
+# The last `make demo`'s audit trail (.mavjet/demo/js) replayed by Spark into .mavjet/report/report.html
+# (a nats-server is started on the stored data for the replay; Spark needs Java 17 or 21).
+report: $(REPORT)
+	$(BIN)/mavjet demo --report .mavjet/report
 
 # The same demo with per-identity NATS credentials and the permission matrix (docs/security.md).
 demo-secure: $(DEMO)
@@ -57,6 +70,13 @@ test: $(STAMP) links
 	wait $$bg; waits_rc=$$?; \
 	echo "--- the tests that wait (pytest -m waits), run beside the rest:"; cat "$$log"; \
 	[ $$rc -eq 0 ] && [ $$waits_rc -eq 0 ]
+
+# The SITL tier (tests/sitl) against the real autopilots named by ARDUCOPTER_BIN (ArduCopter SITL) and PX4_BIN
+# (PX4 SITL with SIH), beside the simulator; a peer whose binary is not set is skipped with its reason. No
+# binary ships with mavjet: docs/sim-fidelity.md says how the peers run them.
+sitl: $(STAMP)
+	@test -n "$$ARDUCOPTER_BIN$$PX4_BIN" || { echo "make sitl: set ARDUCOPTER_BIN and/or PX4_BIN to SITL binaries"; exit 2; }
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=0 -rs tests/sitl
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LAYERS) tests

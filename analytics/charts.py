@@ -21,9 +21,11 @@ import html
 import io
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import matplotlib as mpl
 from cycler import cycler
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
@@ -191,16 +193,70 @@ def _floor_log10(v: float) -> int:
 
 # --- a flight's page ---------------------------------------------------------------------------
 
+# What a flight page marks on its track and altitude chart: kind -> (legend label, colour, marker).
+MARK_STYLES: dict[str, tuple[str, str, str]] = {
+    "failsafe": ("failsafe", PALETTE[1], "X"),
+    "mode": ("mode change", PALETTE[4], "D"),
+    "command": ("command", PALETTE[3], "^"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mark:
+    """An event drawn on a flight's charts: where (x, y in the chart's units) and what (a tooltip)."""
+
+    kind: str  # a MARK_STYLES key
+    x: float
+    y: float = 0.0
+    text: str = ""
+
+
+def mark_gid(kind: str, i: int) -> str:
+    return f"mark-{kind}-{i}"
+
+
+def _draw_marks(ax: Axes, marks: Sequence[Mark], *, vertical: bool) -> None:
+    """Points (track) or vertical lines (over time), one legend entry per kind, a gid per mark for its tooltip."""
+    seen: set[str] = set()
+    counts: dict[str, int] = {}
+    for m in marks:
+        name, colour, marker = MARK_STYLES[m.kind]
+        i = counts.get(m.kind, 0)
+        counts[m.kind] = i + 1
+        lab = name if m.kind not in seen else None
+        seen.add(m.kind)
+        if vertical:
+            ax.axvline(m.x, color=colour, linewidth=1.6, linestyle="--", label=lab, gid=mark_gid(m.kind, i))
+        else:
+            ax.plot([m.x], [m.y], marker, color=colour, markersize=8, markeredgecolor="white", markeredgewidth=0.6,
+                    label=lab, gid=mark_gid(m.kind, i))  # fmt: skip
+
+
+def mark_titles(marks: Sequence[Mark]) -> dict[str, str]:
+    """Tooltips of the marks, by gid (for figure_html)."""
+    out: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for m in marks:
+        i = counts.get(m.kind, 0)
+        counts[m.kind] = i + 1
+        out[mark_gid(m.kind, i)] = m.text
+    return out
+
+
 
 @mpl.rc_context(STYLE)
-def track_figure(xy_m: Sequence[tuple[float, float]], *, size_in: float = 5.0) -> Figure:
-    """The track in metres east/north of its centre: one metre the same length on both axes, north up."""
-    fig = new_figure(size_in, width_in=size_in + 1.0)  # the legend sits right of the plot
+def track_figure(
+    xy_m: Sequence[tuple[float, float]], *, size_in: float = 5.0, marks: Sequence[Mark] = ()
+) -> Figure:
+    """The track in metres east/north of its centre: one metre the same length on both axes, north up;
+    `marks` (failsafes, mode changes, commands) where they happened."""
+    fig = new_figure(size_in, width_in=size_in + (1.7 if marks else 1.0))  # the legend sits right of the plot
     ax = fig.add_subplot()
     xs, ys = [p[0] for p in xy_m], [p[1] for p in xy_m]
     ax.plot(xs, ys, color=PALETTE[0], linewidth=1.8, gid="track")
     ax.plot(xs[:1], ys[:1], "o", color=PALETTE[2], markersize=7, label="start", gid="track-start")
     ax.plot(xs[-1:], ys[-1:], "s", color=PALETTE[1], markersize=6, label="end", gid="track-end")
+    _draw_marks(ax, marks, vertical=False)
     span = max(max(xs) - min(xs), max(ys) - min(ys), 10.0)
     cx, cy = (max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2
     half = span / 2 * 1.08
@@ -216,12 +272,20 @@ def track_figure(xy_m: Sequence[tuple[float, float]], *, size_in: float = 5.0) -
 
 @mpl.rc_context(STYLE)
 def time_series_figure(
-    samples: Sequence[tuple[float, float]], *, y_label: str, y_range: tuple[float, float] | None = None
+    samples: Sequence[tuple[float, float]],
+    *,
+    y_label: str,
+    y_range: tuple[float, float] | None = None,
+    marks: Sequence[Mark] = (),
 ) -> Figure:
-    """A value over the flight: (seconds since armed, value), x in minutes; `y_range` fixes the y axis."""
-    fig = new_figure(2.2)
+    """A value over the flight: (seconds since armed, value), x in minutes; `y_range` fixes the y axis;
+    `marks` (x in seconds since armed) as dashed vertical lines, with a legend right of the plot."""
+    fig = new_figure(2.2 if not marks else 2.6)
     ax = fig.add_subplot()
     ax.plot([t / 60.0 for t, _ in samples], [v for _, v in samples], color=PALETTE[0], linewidth=1.5, gid="series")
+    _draw_marks(ax, [Mark(kind=m.kind, x=m.x / 60.0, text=m.text) for m in marks], vertical=True)
+    if marks:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     ax.set_xlim(left=0)
     if y_range is not None:
         ax.set_ylim(*y_range)

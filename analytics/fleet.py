@@ -22,6 +22,7 @@ EFFECTS: dict[str, tuple[str, float]] = {c.value: (t.value, w) for c, (t, w) in 
 EFFECT_RESULTS = ("accepted", "timeout", "unknown")
 # The event types command_chains reads: commands' answers and their effects.
 COMMAND_EVENT_TYPES = (EventType.CMD_RESULT.value, *sorted({v[0] for v in EFFECTS.values()}))
+ARMED = EventType.ARMED.value
 
 
 def _map(pairs: dict[str, object]) -> Column:
@@ -35,13 +36,16 @@ def command_chains(events: DataFrame) -> DataFrame:
     sent it). The effect is the first event of the expected type (EFFECTS) at
     or after `issued`, before the vehicle's next command with the same kind
     of effect was issued (that one is now the likelier cause), and within the
-    command's window; only for results in EFFECT_RESULTS. set_mode is
+    command's window, in the same arm session as the command's answer (an
+    arm's effect may open the next one): a `land` accepted on the ground is
+    not "effected" by the landing of a later flight; only for results in
+    EFFECT_RESULTS. set_mode is
     matched to the next mode change whatever the mode, as cmd_result does
     not carry the requested mode. Columns: vid, cmd_id, name, result,
     latency_ms, attempts, issued, acked, effect_type, effect_time, effect_seq,
     effect_latency_ms (issued -> effect), and `expects_effect`.
     """
-    ev = valid(events)
+    ev = valid(with_flight(events))
     kind = _map({k: v[0] for k, v in EFFECTS.items()})
     window_s = _map({k: v[1] for k, v in EFFECTS.items()})
     lat_us = F.coalesce((F.col("latency_ms") * 1000).cast("long"), F.lit(0))
@@ -56,7 +60,7 @@ def command_chains(events: DataFrame) -> DataFrame:
     # the events, not a union of two: vid passes through unchanged, so the
     # cache's partitioning by vid satisfies the window and there is no
     # second shuffle (a union loses the partitioning).
-    key = F.struct("_t", "_kind", "_seq")
+    key = F.struct("_t", "_kind", "_seq", "_fno")  # ordered by time, kind, seq: the flight rides along
     both = ev.where(F.col("type").isin(*COMMAND_EVENT_TYPES)).select(
         "vid",
         F.col("seq").alias("ack_seq"),
@@ -73,6 +77,7 @@ def command_chains(events: DataFrame) -> DataFrame:
         F.when(is_cmd, issued).otherwise(F.col("time")).alias("_t"),
         F.when(is_cmd, F.lit(0)).otherwise(F.lit(1)).alias("_kind"),
         F.col("seq").alias("_seq"),
+        F.col("flight_no").alias("_fno"),
     )
     newest_first = Window.partitionBy("vid", "_key").orderBy(
         F.desc("_t"), F.desc("_kind"), F.desc("_seq")
@@ -88,12 +93,15 @@ def command_chains(events: DataFrame) -> DataFrame:
             ),
         )
         .withColumn("_es", F.when(F.col("_et").isNotNull(), F.col("_next_effect._seq")))
+        .withColumn("_sessions", F.col("_next_effect._fno") - F.col("_fno"))
     )
     ok = (
         F.col("effect_type").isNotNull()
         & F.col("result").isin(*EFFECT_RESULTS)
         & F.col("_et").isNotNull()
         & (_seconds_between(F.col("issued"), F.col("_et")) <= F.col("_window_s"))
+        # same arm session; an `armed` effect opens the next one (its answer may come just before or after it)
+        & ((F.col("_sessions") == 0) | ((F.col("effect_type") == F.lit(ARMED)) & (F.col("_sessions") == 1)))
     )
     return out.select(
         "vid",
@@ -189,6 +197,10 @@ def flight_samples(events: DataFrame, track: DataFrame | None = None) -> DataFra
 
 def flight_events(events: DataFrame) -> DataFrame:
     """Every event of every flight with a readable summary: (vid, flight_no, time, seq, type, mode, alt_m,
-    battery_pct, summary)."""
+    battery_pct, lat_deg, lon_deg, summary); the position places failsafes, mode changes and commands on
+    the flight page's track."""
     ev = with_flight(events).where("in_flight")
-    return ev.select("vid", "flight_no", "time", "seq", "type", "mode", "alt_m", "battery_pct", _summary().alias("summary"))
+    return ev.select(
+        "vid", "flight_no", "time", "seq", "type", "mode", "alt_m", "battery_pct", "lat_deg", "lon_deg",
+        _summary().alias("summary"),
+    )

@@ -11,6 +11,7 @@ Ordering inside a vehicle is (time, seq): `time` is when the event happened
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -22,6 +23,10 @@ EARTH_RADIUS_M = 6_371_000.0
 # A vehicle's events are split into flights at these (the catalogue's `flight`).
 FLIGHT_START = flight_edge(FlightEdge.START)
 FLIGHT_END = flight_edge(FlightEdge.END)
+# An arm session is a flight only when the vehicle was airborne: a `takeoff` or `landed` event, or (data from
+# before the gateway reported takeoffs) an altitude above this (m above home). Armed on the ground and
+# disarmed again (a refused start, an auto-disarm after 10 s) is not a flight.
+AIRBORNE_ALT_M = 2.0
 
 
 def _t(name: EventType) -> Column:
@@ -119,7 +124,16 @@ def _flight_commands(ev: DataFrame) -> DataFrame:
 
 
 def flights(events: DataFrame) -> DataFrame:
-    """One row per flight (armed -> disarmed) per vehicle.
+    """One row per flight: an arm session (armed -> disarmed) in which the vehicle was airborne.
+
+    The columns of `arm_sessions`; `flight_no` stays the vehicle's arm count
+    (a session on the ground leaves a gap in the numbers).
+    """
+    return arm_sessions(events).where(F.col("airborne"))
+
+
+def arm_sessions(events: DataFrame) -> DataFrame:
+    """One row per arm session (armed -> disarmed) per vehicle, `airborne` or not.
 
     start, end (null while still armed), duration_s, max_alt_m, distance_m,
     battery_used_pct, modes (visited, in order), failsafes, failsafe_types.
@@ -130,6 +144,8 @@ def flights(events: DataFrame) -> DataFrame:
     mean ground speed between two consecutive position samples: a lower
     bound of the true maximum, as close as the samples are dense), and the
     flight's commands (time, name, result, latency_ms) with counts.
+    `airborne`: a takeoff or landing was reported, or the altitude went
+    above AIRBORNE_ALT_M.
     """
     ev_all = with_flight(events)
     ev = ev_all.where("in_flight")
@@ -187,6 +203,11 @@ def flights(events: DataFrame) -> DataFrame:
         "commands",  # null when the flight had none
         F.coalesce("command_count", F.lit(0)).alias("command_count"),
         F.coalesce("commands_accepted", F.lit(0)).alias("commands_accepted"),
+        (
+            F.col("takeoff_time").isNotNull()
+            | F.col("landing_time").isNotNull()
+            | (F.coalesce("max_alt_m", F.lit(0.0)) > AIRBORNE_ALT_M)
+        ).alias("airborne"),
     )
 
 
@@ -203,15 +224,39 @@ def commands(events: DataFrame) -> DataFrame:
     )
 
 
+ALL_RESULTS = "all"  # command_latency's subtotal row per name
+
+
 def command_latency(events: DataFrame) -> DataFrame:
-    """Fleet-wide per command name: count, result mix, latency percentiles."""
+    """Fleet-wide per command name and result kind: count, vehicles, latency percentiles.
+
+    One row per (name, result): a rejected arm answered after 420 ms and an
+    accepted one after 4 ms are different measurements, never one median.
+    Plus one row per name with result ALL_RESULTS (one pass: a rollup) for
+    the name's totals (count, distinct vehicles); `command_mix` folds the
+    rows into one per name with the result mix.
+    """
     c = valid(events).where(_t(EventType.CMD_RESULT))
-    return c.groupBy(F.coalesce("cmd_name", F.lit("?")).alias("name")).agg(
+    rolled = c.rollup(
+        F.coalesce("cmd_name", F.lit("?")).alias("name"), F.coalesce("result", F.lit("?")).alias("result")
+    ).agg(
         F.count("*").alias("count"),
         F.countDistinct("vid").alias("vehicles"),
-        *[F.sum(F.when(F.col("result") == r, 1).otherwise(0)).alias(r) for r in CMD_RESULTS],
         *_latency_percentiles(),
     )
+    return rolled.where(F.col("name").isNotNull()).withColumn("result", F.coalesce("result", F.lit(ALL_RESULTS)))
+
+
+def command_mix(latency_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per name (sorted): count, vehicles and the result mix, from `command_latency`'s collected rows."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in sorted(latency_rows, key=lambda r: (r["name"], r["result"])):
+        row = out.setdefault(r["name"], {"name": r["name"], "count": 0, "vehicles": 0, **dict.fromkeys(CMD_RESULTS, 0)})
+        if r["result"] == ALL_RESULTS:
+            row["count"], row["vehicles"] = int(r["count"]), int(r["vehicles"])
+        else:
+            row[r["result"]] = int(r["count"])
+    return [out[k] for k in sorted(out)]
 
 
 def _latency_percentiles() -> list[Column]:

@@ -90,7 +90,8 @@ async def connect(opts: SourceOptions) -> Client:
     nats_opts = NatsOptions(servers=tuple(opts.servers), creds_file=opts.creds, connect_timeout_s=5.0,
                             name="mavjet-analytics")
     try:
-        return await natsconn.connect(nats_opts, deadline_s=opts.timeout_s, max_reconnect_attempts=3, error_cb=_quiet)
+        return await natsconn.connect(nats_opts, deadline_s=opts.timeout_s, max_reconnect_attempts=3, error_cb=_quiet,
+                                      refused_is_final=True)
     except natsconn.NatsUnavailable as exc:
         raise SourceError(opts.stream, f"cannot connect to {opts.url}: {exc.reason}") from exc
 

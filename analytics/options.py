@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mavjet.contract.errors import ConfigError
-from mavjet.contract.natsconn import DEFAULT_NATS
+from mavjet.contract.natsconn import DEFAULT_NATS, with_scheme
 from mavjet.contract.subjects import EVENTS_STREAM
 from mavjet.contract.units import parse_duration_s
 
@@ -150,7 +150,8 @@ class SourceOptions:
 
     @property
     def servers(self) -> list[str]:
-        return [s.strip() for s in self.url.split(",") if s.strip()]
+        """The URLs, `host:port` taken as the nats CLI takes it (nats://host:port)."""
+        return [with_scheme(s.strip()) for s in self.url.split(",") if s.strip()]
 
 
 def plan_ranges(first: int, last: int, partitions: int | None) -> list[tuple[int, int]]:

@@ -100,6 +100,11 @@ def read_events(spark: Any, cfg: ReplayConfig) -> Any:
     return reader.load()
 
 
+def _when(t: dt.datetime) -> str:
+    """A time for the report's range line: ISO 8601 to the second."""
+    return t.isoformat(timespec="seconds")
+
+
 def _path(out: str, name: str) -> str:
     return out.rstrip("/") + "/" + name
 
@@ -147,13 +152,13 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             "events": n_events,
             "error_rows": counts["errors"],
             "vehicles": counts["vehicles"],
-            "first_event": counts["first"].isoformat() if counts["first"] else None,
-            "last_event": counts["last"].isoformat() if counts["last"] else None,
+            "first_event": counts["first"].isoformat(timespec="seconds") if counts["first"] else None,
+            "last_event": counts["last"].isoformat(timespec="seconds") if counts["last"] else None,
         }
         rd = ReportData(
             range_text=(
-                f"stream {cfg.stream}, env {cfg.env}, from {cfg.start.isoformat() if cfg.start else 'the beginning'}"
-                f" to {cfg.end.isoformat() if cfg.end else 'now'}, master {cfg.master}"
+                f"stream {cfg.stream}, env {cfg.env}, from {_when(cfg.start) if cfg.start else 'the beginning'}"
+                f" to {_when(cfg.end) if cfg.end else 'now'}, master {cfg.master}"
             )
         )
 
@@ -163,15 +168,20 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
         fl = chains = None
         if "flights" in cfg.jobs:
             prog.stage("flights")
-            fl = keep(jobs.flights(events))
+            # a flight is an arm session in which the vehicle was airborne (jobs.flights)
+            sessions = keep(jobs.arm_sessions(events))
+            fl = sessions.where(F.col("airborne"))
             write(fl, "flights")
             # one row per vehicle (thousands at most): totals and the top 30 from one action
-            per_vid = fl.groupBy("vid").agg(
-                F.count("*").alias("n"), F.count(F.when(F.col("complete"), 1)).alias("done")
+            per_vid = sessions.groupBy("vid").agg(
+                F.count(F.when(F.col("airborne"), 1)).alias("n"),
+                F.count(F.when(F.col("airborne") & F.col("complete"), 1)).alias("done"),
+                F.count(F.when(~F.col("airborne"), 1)).alias("ground"),
             ).collect()
             summary["flights"] = sum(int(r["n"]) for r in per_vid)
             summary["flights_complete"] = sum(int(r["done"]) for r in per_vid)
-            top_vids = sorted(per_vid, key=lambda r: (-int(r["n"]), r["vid"]))[:30]
+            summary["armed_without_takeoff"] = sum(int(r["ground"]) for r in per_vid)
+            top_vids = sorted((r for r in per_vid if int(r["n"])), key=lambda r: (-int(r["n"]), r["vid"]))[:30]
             rd.flights_per_vehicle = [(r["vid"], float(r["n"])) for r in top_vids]
             t0 = timings.mark("flights", t0)
             prog.done("flights", timings.steps["flights"], f"{summary['flights']:,} flights")
@@ -180,9 +190,10 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
             prog.stage("commands and their effects")
             write(jobs.commands(events), "commands")
             # written and collected: cached so it is computed once
-            lat = keep(jobs.command_latency(events).orderBy("name"))
+            lat = keep(jobs.command_latency(events).orderBy("name", "result"))
             write(lat.coalesce(1), "command_latency")
-            rd.command_rows = [r.asDict() for r in lat.collect()]
+            rd.latency_rows = [r.asDict() for r in lat.collect()]
+            rd.command_rows = jobs.command_mix(rd.latency_rows)
             summary["cmd_results"] = sum(int(r["count"]) for r in rd.command_rows)
             chains = keep(fleet.command_chains(events))
             write(chains, "command_chains")
@@ -232,7 +243,8 @@ def run_replay(spark: Any, cfg: ReplayConfig, progress: Progress | None = None) 
                 write(tl.coalesce(1), f"timeline/{vid}")
                 rows = tl.limit(TIMELINE_REPORT_ROWS).collect()
                 rd.timelines[vid] = [
-                    {**r.asDict(), "time": r["time"].isoformat() if r["time"] else None} for r in rows
+                    {**r.asDict(), "time": r["time"].isoformat(timespec="milliseconds") if r["time"] else None}
+                    for r in rows
                 ]
             t0 = timings.mark("timeline", t0)
             prog.done("timelines", timings.steps["timeline"], f"{len(cfg.vids)} vehicles")
@@ -344,6 +356,28 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
+ANALYTICS_FIX = "install the analytics extra: `make report` does, or `.venv/bin/pip install -e '.[analytics]'`"
+JAVA_FIX = "Spark needs Java 17 or 21: install one (e.g. apt install openjdk-17-jre-headless) or set JAVA_HOME to it"
+
+
+def missing_requirement() -> str | None:
+    """One line naming what `mavjet replay` needs and lacks (the analytics extra, a Java), or None."""
+    import importlib.util
+    import os
+    import shutil
+
+    for module in ("pyspark", "pandas", "pyarrow", "matplotlib"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed: {ANALYTICS_FIX}"
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if not os.access(os.path.join(home, "bin", "java"), os.X_OK):
+            return f"JAVA_HOME={home} has no bin/java: {JAVA_FIX}"
+    elif shutil.which("java") is None:
+        return f"no java on PATH and no JAVA_HOME: {JAVA_FIX}"
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Exit 0 on success; 2 for a bad option or a stream that cannot be reached; 1 if a job fails."""
     args = build_parser().parse_args(argv)
@@ -351,6 +385,10 @@ def main(argv: list[str]) -> int:
         cfg = config_from_args(args)
     except ConfigError as exc:
         print(f"mavjet replay: {exc}", file=sys.stderr)
+        return 2
+    missing = missing_requirement()
+    if missing is not None:
+        print(f"mavjet replay: {missing}", file=sys.stderr)
         return 2
     from mavjet.analytics.natsread import SourceError
 
@@ -366,7 +404,11 @@ def main(argv: list[str]) -> int:
 
     t0 = time.perf_counter()
     progress.stage(f"starting Spark ({cfg.master})")
-    spark = get_spark(cfg.master, driver_memory=cfg.driver_memory)
+    try:
+        spark = get_spark(cfg.master, driver_memory=cfg.driver_memory)
+    except Exception as exc:  # no JVM: pyspark's JAVA_GATEWAY_EXITED after pages of trace
+        print(f"mavjet replay: Spark could not start its JVM ({error_line(exc)}): {JAVA_FIX}", file=sys.stderr)
+        return 2
     progress.done("Spark start", time.perf_counter() - t0)
     try:
         with SparkTicker(spark, progress.tick):

@@ -21,6 +21,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "uplink": ("mavjet.benchmarks.uplink", "command results and failsafe events over a thin uplink, shaping on and off"),
     "overload": ("mavjet.benchmarks.overload", "the ingest knee, then twice that fleet: what graceful overload keeps"),
     "scrape": ("mavjet.benchmarks.scrape", "what one /metrics scrape costs the gateway's process"),
+    "failover": ("mavjet.benchmarks.failover", "two gateways for a vehicle: takeover after SIGKILL, handover after "
+                                               "SIGTERM, state gap, commands' results"),
 }
 
 

@@ -72,6 +72,7 @@ class CommandName(StrEnum):
     MISSION_UPLOAD = "mission_upload"
     MISSION_CLEAR = "mission_clear"
     MISSION_START = "mission_start"
+    MISSION_DOWNLOAD = "mission_download"
     REBOOT = "reboot"
     LOG_DOWNLOAD = "log_download"
     LOG_LIST = "log_list"
@@ -238,6 +239,8 @@ CATALOGUE: dict[str, CommandSpec] = {
                     params=(OBJECT, ParamSpec(name="enable_fence", kind=bool, required=False, default=True))),
         CommandSpec(name=_N.MISSION_CLEAR, summary="clear the vehicle's mission"),
         CommandSpec(name=_N.MISSION_START, summary="start the uploaded mission (AUTO)"),
+        CommandSpec(name=_N.MISSION_DOWNLOAD,
+                    summary="read back the vehicle's mission, fence and rally into TWIN_BLOBS as a .plan (`mavjet mission get`)"),
         CommandSpec(name=_N.REBOOT, summary="reboot the autopilot (only when disarmed)"),
         CommandSpec(name=_N.LOG_DOWNLOAD,
                     summary="download a dataflash log into TWIN_LOGS logs/<vid>/ (only when disarmed; runs in the background)",

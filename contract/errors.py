@@ -21,6 +21,10 @@ class LinkError(MavjetError):
         self.reason = reason
 
 
+class NotOwnerError(LinkError):
+    """A frame that acts was not sent: this gateway does not own the vehicle now (a standby, or fenced)."""
+
+
 class ProtocolError(MavjetError):
     """The peer broke a MAVLink protocol (wrong sequence, bad item, bad CRC)."""
 

@@ -56,6 +56,8 @@ class EventType(StrEnum):
     SHADOW_FAILED = "shadow_failed"
     GATEWAY_STARTED = "gateway_started"
     GATEWAY_STOPPED = "gateway_stopped"
+    OWNER_ACQUIRED = "owner_acquired"  # this gateway became the vehicle's owner (lease created or taken over)
+    OWNER_RELEASED = "owner_released"  # the owner stepped down cleanly (a stop, a handover)
     EVENTS_SUPPRESSED = "events_suppressed"
     LOG_DOWNLOAD_STARTED = "log_download_started"
     LOG_DOWNLOAD_PROGRESS = "log_download_progress"
@@ -142,6 +144,11 @@ _SPECS = (
     EventSpec(type=_E.SHADOW_FAILED, fields=("desired_revision", "field", "reason")),
     EventSpec(type=_E.GATEWAY_STARTED, fields=("gateway", "version"), budget_exempt=True),
     EventSpec(type=_E.GATEWAY_STOPPED, fields=("gateway", "reason"), budget_exempt=True),
+    # Both parties and the fencing token (docs/ownership.md); `previous` is the stale owner of a takeover.
+    EventSpec(type=_E.OWNER_ACQUIRED, fields=("gateway", "holder", "previous", "token", "takeover"), spool=_SAFETY,
+              budget_exempt=True),
+    EventSpec(type=_E.OWNER_RELEASED, fields=("gateway", "holder", "token", "reason"), spool=_SAFETY,
+              budget_exempt=True),
     EventSpec(type=_E.EVENTS_SUPPRESSED, fields=("event_type", "count", "window_s"), spool=_SAFETY,
               budget_exempt=True),
     EventSpec(type=_E.LOG_DOWNLOAD_STARTED, fields=("log_id", "total", "time_utc_s", "object")),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import os
 import ssl
@@ -37,8 +38,21 @@ class NatsUnavailable(MavjetError):
         self.reason = redact(reason)
 
 
+class NatsRefused(NatsUnavailable):
+    """NatsUnavailable because every server refused the TCP connection (`connect(refused_is_final=True)`)."""
+
+
+class _AllRefused(Exception):
+    """Raised from the error callback to end nats-py's connect: nothing listens at any server."""
+
+
 # The URL schemes nats-py connects with.
 URL_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def with_scheme(server: str) -> str:
+    """`127.0.0.1:4222` -> `nats://127.0.0.1:4222`, as the nats CLI takes it; a URL with a scheme is left as it is."""
+    return server if "://" in server else f"nats://{server}"
 
 
 def check_url(url: str) -> None:
@@ -227,17 +241,31 @@ def connect_deadline_s(opts: NatsOptions) -> float:
     return opts.connect_timeout_s * (len(opts.servers) + 1) + 1.0
 
 
-async def connect(opts: NatsOptions, *, deadline_s: float | None = None, **extra: Any) -> Client:
-    """One connect attempt, bounded by `deadline_s` (default `connect_deadline_s`); raises NatsUnavailable."""
+async def connect(opts: NatsOptions, *, deadline_s: float | None = None, refused_is_final: bool = False,
+                  **extra: Any) -> Client:
+    """One connect attempt, bounded by `deadline_s` (default `connect_deadline_s`); raises NatsUnavailable.
+
+    `refused_is_final`: end at once (NatsRefused) when every server refused the TCP connection.
+    nats-py retries a refused connect every 2 s until the deadline; for a command a person is
+    waiting on, a refusal from every server in the list is the answer already.
+    """
     deadline = connect_deadline_s(opts) if deadline_s is None else deadline_s
     opts.check_files()
     # nats-py retries a failed TLS handshake until our deadline and then all we see is the
     # timeout: remember the last error it reported so the message says what actually failed.
     last: list[Exception] = []
     user_cb: Callable[[Exception], Awaitable[None]] | None = extra.pop("error_cb", None)
+    refusals = 0
+    connecting = True  # later refusals (a reconnecting client's) are nats-py's to retry
 
     async def error_cb(exc: Exception) -> None:
+        nonlocal refusals
         last[:] = [exc]
+        refused = isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED
+        if refused_is_final and connecting and refused:
+            refusals += 1  # nats-py tries each server once before trying any again
+            if refusals >= len(opts.servers):
+                raise _AllRefused
         if user_cb is not None:
             await user_cb(exc)
 
@@ -247,8 +275,15 @@ async def connect(opts: NatsOptions, *, deadline_s: float | None = None, **extra
     except TimeoutError as exc:
         why = f"; last error: {describe_error(last[0])}" if last else ""
         raise NatsUnavailable(opts.servers, f"no server answered within {deadline:.0f}s{why}") from exc
+    except _AllRefused:
+        raise NatsRefused(opts.servers, "connection refused: is a nats-server listening there? "
+                                        "(--nats URL or $MAVJET_NATS)") from None
     except Exception as exc:  # nats-py raises a wide range here; translate at the boundary
+        if isinstance(exc.__cause__, _AllRefused) or isinstance(exc.__context__, _AllRefused):
+            raise NatsRefused(opts.servers, "connection refused: is a nats-server listening there? "
+                                            "(--nats URL or $MAVJET_NATS)") from None
         raise NatsUnavailable(opts.servers, describe_error(exc)) from exc
+    connecting = False
     return nc
 
 

@@ -135,6 +135,19 @@ def lease_key(env: str, vid: str) -> str:
     return f"fleet.{env}.veh.{vid}.lease"
 
 
+_PLAIN_KEY = re.compile(r"[-_=A-Za-z0-9]{1,64}")
+
+
+def inflight_key(env: str, vid: str, cmd_id: str) -> str:
+    """KV key (TWIN_LEASES) of a command in flight and then its outcome, readable by the vehicle's next owner.
+
+    A command id is any printable ASCII (contract/commands.py); one that is not a
+    plain KV key token is written as `x` + its hex, so no two ids share a key.
+    """
+    token = cmd_id if _PLAIN_KEY.fullmatch(cmd_id) and not cmd_id.startswith("x") else "x" + cmd_id.encode().hex()
+    return f"fleet.{env}.veh.{vid}.cmd.{token}"
+
+
 def lease_kv_subject(key: str) -> str:
     """The stream subject of a lease key."""
     return f"$KV.{LEASES_BUCKET}.{key}"

@@ -49,9 +49,17 @@ class VehicleConfig:
     signing_key_file: Path | None = None
     # Carry this vehicle's raw MAVLink over NATS (gateway/routes.py); None: the gateway's `tunnel` setting.
     tunnel: bool | None = None
+    # A second way to the same vehicle (a companion's LTE beside the hub's radio): read both, send on the
+    # live one, switch within 2 s of the primary going quiet (drivers/mavlink/duallink.py).
+    backup: Endpoint | None = None
 
     def __post_init__(self) -> None:
         check_token("vehicles.vid", self.vid)
+        if self.backup is not None and (self.sysid is not None and self.endpoint.scheme == "udp"):
+            raise ConfigError("vehicles.backup", f"{self.vid}: a backup link is for a vehicle with its own endpoint, "
+                                                 "not one on a shared udp port (sysid)")
+        if self.backup is not None and str(self.backup) == str(self.endpoint):
+            raise ConfigError("vehicles.backup", f"{self.vid}: the backup is the primary endpoint itself")
         if self.sysid is not None and not 1 <= self.sysid <= 255:
             raise ConfigError("vehicles.sysid", f"{self.sysid} is not a MAVLink system id (1..255)")
 
@@ -179,6 +187,9 @@ class GatewayConfig:
     routes: tuple[RouteConfig, ...] = ()
     tunnel: bool = False  # raw MAVLink over core NATS for every vehicle (a vehicle's `tunnel` overrides)
     track_hz: float = 1.0  # the flight recorder: position samples per second while armed (gateway/stores/recorder.py); 0: off
+    # One owner per vehicle (TWIN_LEASES, docs/ownership.md): only the gateway holding a vehicle's lease
+    # acts for it; False only where one gateway is certain to be alone (it then never checks).
+    ownership: bool = True
     workers: int = 1  # processes splitting the fleet (gateway/runtime/workers.py); 1: the single-process daemon
 
     def __post_init__(self) -> None:
@@ -237,6 +248,14 @@ class GatewayConfig:
     def protocols(self) -> ProtocolConfig:
         """The one MAVLink protocol config: every command sender (commands, shadow) uses this."""
         return self.commands.protocols
+
+
+def parse_backup(spec: str) -> tuple[str, Endpoint]:
+    """`VID=ENDPOINT` of `--backup`: the vehicle's second link."""
+    vid, sep, ep = spec.partition("=")
+    if not sep:
+        raise ConfigError("--backup", f"{spec!r}: expected VID=ENDPOINT, e.g. VID-001=tcp:10.0.0.5:5760")
+    return check_token("--backup", vid.strip()), Endpoint.parse(ep.strip())
 
 
 def parse_vehicle(spec: str) -> VehicleConfig:

@@ -20,16 +20,18 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import structlog
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from mavjet.contract.events import EventType
 from mavjet.drivers.mavlink.reactor import set_urgent
 from mavjet.drivers.mavlink.udphub import UdpHub
 from mavjet.gateway.config import GatewayConfig
+from mavjet.gateway.ownership.keeper import AlwaysOwner
+from mavjet.gateway.ownership.service import DaemonOwnership
 from mavjet.gateway.publish.publisher import Publisher
 from mavjet.gateway.publish.spool import Spool
 from mavjet.gateway.runtime.metrics import GatewayMetrics
-from mavjet.gateway.services import Foreground, GatewayService, ServiceContext
+from mavjet.gateway.services import Drainable, Foreground, GatewayService, ServiceContext
 from mavjet.gateway.stores.recorder import TrackRecorder
 from mavjet.gateway.twin.clock import GatewayClock
 from mavjet.gateway.twin.samples import ReadyStates, StateSample
@@ -47,6 +49,10 @@ TICK_IDLE_STEP_S = 0.020
 TICK_MAX_IDLE_STEP_S = 0.100
 # How often the loop-lag probe wakes (`mavjet_event_loop_lag_seconds`): 20 timers a second cost nothing.
 LAG_PROBE_S = 0.05
+# A stop with ownership (`Gateway._hand_over`): how long the command in flight may take to finish, and
+# the bound on deleting the leases (a lease not deleted expires after its TTL: a standby takes over then).
+HANDOVER_DRAIN_S = 5.0
+RELEASE_TIMEOUT_S = 2.0
 # Queued samples published per buffer write (~1 µs each), with a yield between steps as for the twins.
 READY_CHUNK = 256
 
@@ -168,8 +174,17 @@ class Gateway:
         self._notifier: Any = None
         # Commands, shadow: started once the links are, cancelled at shutdown.
         self.services: list[GatewayService] = []
+        self._services_scope: anyio.CancelScope | None = None
+        # One owner per vehicle (docs/ownership.md): the twins publish and the links act only while this
+        # gateway holds the vehicle's lease.
+        self.ownership = DaemonOwnership(instance=cfg.instance, env=cfg.env, twins=self.twins,
+                                         publisher=self.publisher, metrics=self.metrics) if cfg.ownership else None
+        own = self.ownership
         self.context = ServiceContext(cfg=cfg, vehicles=self.twins, nats=self.publisher, metrics=self.metrics,
-                                      bulk=self.publisher.uplink, foreground=Foreground(on_change=_urgent))
+                                      bulk=self.publisher.uplink, foreground=Foreground(on_change=_urgent),
+                                      ownership=own.keeper if own is not None else AlwaysOwner(),
+                                      leases=own.command_store if own is not None else None,
+                                      holder=own.holder if own is not None else "")
         self._add_routes()
         if cfg.track_hz > 0:  # the flight recorder (gateway/stores/recorder.py): TWIN_TRACKS while armed
             self.services.append(TrackRecorder(cfg))
@@ -285,6 +300,8 @@ class Gateway:
             async with anyio.create_task_group() as tg:
                 for twin in self.twins.values():
                     tg.start_soon(twin.session.wait_ready, name=f"vehicle[{twin.vid}].wait_ready")
+            if self.ownership is not None:
+                await self.ownership.settle()
         not_up = [t.vid for t in self.twins.values() if not t.session.is_up]
         if not_up:
             log.warning("startup_links_not_ready", vehicles=not_up, waited_s=self.cfg.startup_timeout_s)
@@ -309,18 +326,22 @@ class Gateway:
         try:
             async with anyio.create_task_group() as root:
                 await root.start(self.publisher.run, name="nats.publisher")
+                if self.ownership is not None:
+                    await root.start(self.ownership.run, name="gateway.ownership")
                 async with anyio.create_task_group() as intake:
                     for twin in self.twins.values():
                         await intake.start(twin.run, name=f"vehicle[{twin.vid}].link")
                     intake.start_soon(self._ticker, name="gateway.state_ticker")
                     intake.start_soon(self._watchdog, name="gateway.watchdog")
                     intake.start_soon(self._lag_probe, name="gateway.loop_lag_probe")
-                    # start_soon, not start: startup must not wait for a service
+                    # Each service started soon, not awaited: startup must not wait for a service
                     # (a service waiting for NATS would hold the links' readiness).
-                    for svc in self.services:
-                        intake.start_soon(svc.run, self.context, name=f"gateway.{type(svc).__name__}")
+                    await intake.start(self._run_services, name="gateway.services")
                     await self._startup()
                     await self.stopping.wait()
+                    if self.ownership is not None:
+                        with anyio.CancelScope(shield=True):
+                            await self._hand_over(self.ownership)
                     for twin in self.twins.values():
                         twin.closing = True
                     intake.cancel_scope.cancel()  # stop intake: links, ticker, commands
@@ -331,12 +352,47 @@ class Gateway:
                 hub.close()
             self.spool.close()
 
-    async def _shutdown(self, root: TaskGroup) -> None:
+    async def _run_services(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._services_scope = tg.cancel_scope
+            for svc in self.services:
+                tg.start_soon(svc.run, self.context, name=f"gateway.{type(svc).__name__}")
+            task_status.started()
+
+    async def _hand_over(self, own: DaemonOwnership) -> None:
+        """A stop with ownership: step down while the links and the state tick still run.
+
+        No new command is taken and the one in flight gets `HANDOVER_DRAIN_S` to finish
+        (then it is cancelled, its rows left in flight for the next owner's recovery);
+        the owned vehicles' last events go out while this gateway still owns them; then
+        the leases are deleted, and a standby, woken by the delete, takes over in a round
+        trip. State keeps flowing from here until the release (docs/ownership.md, Handover).
+        """
         if self._notifier is not None:
+            self._notifier.stopping()
+        log.info("gateway_handing_over", reason=self._stop_reason, owned=len(own.owned()))
+        with anyio.move_on_after(HANDOVER_DRAIN_S):
+            for svc in self.services:
+                if isinstance(svc, Drainable):
+                    await svc.drain()
+        if self._services_scope is not None:
+            self._services_scope.cancel()
+        now_ns = self.clock.now_ns()
+        for twin in self.twins.values():
+            if twin.recording():  # the owner, or one that cannot know of another (its uplink down): spooled
+                twin.flush_suppressed(now_ns, flush=True)
+                twin.emit(EventType.GATEWAY_STOPPED, gateway=self.cfg.instance, reason=self._stop_reason)
+        own.before_release(self._stop_reason)
+        await own.release(timeout_s=RELEASE_TIMEOUT_S)
+
+    async def _shutdown(self, root: TaskGroup) -> None:
+        if self._notifier is not None and self.ownership is None:
             self._notifier.stopping()
         log.info("gateway_stopping", reason=self._stop_reason)
         now_ns = self.clock.now_ns()
         for twin in self.twins.values():
+            if self.ownership is not None:  # said in `_hand_over`, before the leases went
+                break
             twin.flush_suppressed(now_ns, flush=True)  # what the budget held back is reported before we go
             twin.emit(EventType.GATEWAY_STOPPED, gateway=self.cfg.instance, reason=self._stop_reason)
         await self.publisher.shutdown(self.cfg.shutdown_timeout_s)

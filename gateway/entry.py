@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     natsconn.add_nats_arguments(p, env_defaults=False)  # resolved with the config file: resolve_config
     p.add_argument("--vehicle", action="append", default=[], metavar="VID=ENDPOINT",
                    help="a vehicle to serve (repeatable); overrides the config file's entry with the same VID")
+    p.add_argument("--backup", action="append", default=[], metavar="VID=ENDPOINT",
+                   help="a second link to a vehicle (repeatable): both are read, commands go on the live one, "
+                   "and the gateway switches within 2 s of the primary going quiet (docs/ownership.md)")
     p.add_argument("--route", action="append", default=[], metavar="ENDPOINT",
                    help="a ground station's endpoint (repeatable): udp:HOST:PORT (listen), udpout:HOST:PORT, "
                    "tcp:HOST:PORT (server); options ?vid=VID&sysid=N,N&compid=N (docs/companion.md)")

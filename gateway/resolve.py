@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mavjet.contract.errors import ConfigError
-from mavjet.contract.natsconn import DEFAULT_NATS, NatsOptions
+from mavjet.contract.natsconn import DEFAULT_NATS, NatsOptions, check_url, with_scheme
 from mavjet.drivers.mavlink.link import DEFAULT_STREAMS_HZ, LinkConfig
 from mavjet.drivers.mavlink.transport import Endpoint
 from mavjet.gateway.config import (
@@ -25,6 +25,7 @@ from mavjet.gateway.config import (
     GatewayConfig,
     RouteConfig,
     VehicleConfig,
+    parse_backup,
     parse_route,
     parse_vehicle,
 )
@@ -38,7 +39,7 @@ _TOP_KEYS = {
     "shadow", "event_budget", "uplink", "env", "instance", "state_dir", "vehicles", "nats", "rates", "link", "commands", "metrics",
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
     "max_inflight_state", "uvloop", "publish_tick_s", "routes", "tunnel",
-    "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s", "track_hz", "workers",
+    "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s", "track_hz", "workers", "ownership",
 }
 _NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
 
@@ -107,6 +108,8 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         kw["uvloop"] = _typed("uvloop", raw["uvloop"], bool)
     if "tunnel" in raw:
         kw["tunnel"] = _typed("tunnel", raw["tunnel"], bool)
+    if "ownership" in raw:
+        kw["ownership"] = _typed("ownership", raw["ownership"], bool)
     routes: list[RouteConfig] = []
     for i, r in enumerate(_typed("routes", raw.get("routes", []), list)):
         key = f"routes[{i}]"
@@ -132,7 +135,7 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     for i, v in enumerate(_typed("vehicles", raw.get("vehicles", []), list)):
         key = f"vehicles[{i}]"
         _typed(key, v, dict)
-        _check_keys(key, v, {"vid", "endpoint", "sysid", "signing_key_file", "tunnel"})
+        _check_keys(key, v, {"vid", "endpoint", "sysid", "signing_key_file", "tunnel", "backup"})
         if "vid" not in v or "endpoint" not in v:
             raise ConfigError(key, "needs both vid and endpoint")
         try:
@@ -141,7 +144,9 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
                                           sysid=_typed(f"{key}.sysid", v["sysid"], int) if "sysid" in v else None,
                                           signing_key_file=Path(_typed(f"{key}.signing_key_file", v["signing_key_file"], str))
                                           if "signing_key_file" in v else None,
-                                          tunnel=_typed(f"{key}.tunnel", v["tunnel"], bool) if "tunnel" in v else None))
+                                          tunnel=_typed(f"{key}.tunnel", v["tunnel"], bool) if "tunnel" in v else None,
+                                          backup=Endpoint.parse(_typed(f"{key}.backup", v["backup"], str))
+                                          if "backup" in v else None))
         except ConfigError as exc:
             raise ConfigError(f"{key}.{exc.key.split('.')[-1]}", exc.reason) from exc
 
@@ -192,6 +197,14 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
         for v in cli_vehicles:
             by_vid[v.vid] = v
         vehicles = list(by_vid.values())
+    cli_backups = overrides.pop("backups", None)
+    if cli_backups:  # `--backup VID=ENDPOINT`: the second link of a vehicle given here or in the file
+        by_vid = {v.vid: v for v in vehicles}
+        for vid, ep in cli_backups:
+            if vid not in by_vid:
+                raise ConfigError("--backup", f"{vid} is not a vehicle of this gateway (--vehicle or the config file)")
+            by_vid[vid] = dataclasses.replace(by_vid[vid], backup=ep)
+        vehicles = list(by_vid.values())
     cli_routes = overrides.pop("routes", None)
     if cli_routes:  # the command line's routes are added to the file's
         kw["routes"] = tuple(kw.get("routes", ())) + tuple(cli_routes)
@@ -228,8 +241,17 @@ def load_toml(path: Path | None) -> dict[str, Any]:
         raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
 
 
-def _servers(text: str) -> tuple[str, ...]:
-    return tuple(s.strip() for s in text.split(",") if s.strip())
+def _servers(text: str, *, source: str) -> tuple[str, ...]:
+    """`--nats` / $MAVJET_NATS: URLs or `host:port` as the nats CLI takes them; an error names `source`."""
+    servers = tuple(with_scheme(s.strip()) for s in text.split(",") if s.strip())
+    if not servers:
+        raise ConfigError(source, "empty; give a server URL like nats://127.0.0.1:4222")
+    for url in servers:
+        try:
+            check_url(url)
+        except ConfigError as exc:
+            raise ConfigError(source, f"{exc.reason} (nats://HOST:PORT or HOST:PORT)") from None
+    return servers
 
 
 def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
@@ -259,9 +281,11 @@ def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ:
     return build_config(
         raw,
         vehicles=[parse_vehicle(v) for v in flags.get("vehicle") or ()],
+        backups=[parse_backup(b) for b in flags.get("backup") or ()],
         routes=[parse_route(r) for r in flags.get("route") or ()],
         nats={
-            "servers": _servers(servers) if servers is not None else None,
+            "servers": _servers(servers, source="--nats" if nats_flag is not None else ENV_NATS)
+            if servers is not None else None,
             "creds_file": flags.get("creds"), "tls_ca": flags.get("tls_ca"),
             "tls_cert": flags.get("tls_cert"), "tls_key": flags.get("tls_key"),
         },

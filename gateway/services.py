@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -35,11 +35,14 @@ from mavjet.contract.events import EventType
 from mavjet.drivers.mavlink.modes import ModeTable
 from mavjet.drivers.mavlink.session import Session
 from mavjet.gateway.config import GatewayConfig
+from mavjet.gateway.ownership.keeper import AlwaysOwner, Ownership
+from mavjet.gateway.ownership.store import LeaseStore
 from mavjet.gateway.publish.uplink import BulkPacer
 from mavjet.gateway.runtime.metrics import GatewayMetrics
 from mavjet.gateway.twin.telemetry import Event
 
 __all__ = [
+    "Drainable",
     "EventBus",
     "EventHandler",
     "GatewayService",
@@ -168,6 +171,12 @@ class VehicleHandle(Protocol):
     def report_error(self, where: str) -> None:
         """Count an error and log its traceback (rate limited) without stopping anything."""
 
+    def may_act(self) -> bool:
+        """True while this gateway owns the vehicle and may act for it (ask right before acting)."""
+
+    def may_record(self) -> bool:
+        """True while what the vehicle says may be recorded here (the owner; or no other owner known)."""
+
 
 class NatsAccess(Protocol):
     """The gateway's one NATS connection, as services see it."""
@@ -233,6 +242,12 @@ class ServiceContext:
     metrics: GatewayMetrics
     bulk: BulkPacer | None = None  # paces bulk transfers on a thin uplink (gateway/publish/uplink.py)
     foreground: Foreground = field(default_factory=Foreground)
+    # Who may act for each vehicle (gateway/ownership): services act only while `may_act(vid)`.
+    ownership: Ownership = field(default_factory=AlwaysOwner)
+    # With ownership: TWIN_LEASES, where the commands in flight are kept for the next owner
+    # (gateway/commands/shared.py), and this gateway's identity as written there.
+    leases: LeaseStore | None = None
+    holder: str = ""
 
     async def jetstream(self) -> tuple[Client, JetStreamContext]:
         """The live connection and JetStream handle, waiting for NATS if it is away."""
@@ -249,3 +264,11 @@ class GatewayService(Protocol):
 
     async def run(self, ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; call `task_status.started()` once serving."""
+
+
+@runtime_checkable
+class Drainable(Protocol):
+    """A service that can stop taking new work and finish what it holds (a stop with ownership)."""
+
+    async def drain(self) -> None:
+        """Take nothing new; return once nothing is in hand (the caller bounds the wait)."""

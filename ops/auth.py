@@ -29,6 +29,7 @@ from mavjet.contract.subjects import (
     BLOBS_BUCKET,
     CMD_STREAM,
     EVENTS_STREAM,
+    LEASES_STREAM,
     LOGS_STREAM,
     SHADOW_BUCKET,
     SHADOW_STREAM,
@@ -37,6 +38,7 @@ from mavjet.contract.subjects import (
     check_token,
     cmd_filter,
     command_consumer,
+    lease_kv_subject,
     logs_prefix,
     shadow_kv_subject,
     track_subject,
@@ -125,6 +127,12 @@ def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:
             track_subject(env, vid),  # the flight recorder's track (TWIN_TRACKS)
         ]
         sub.append(f"{p}.mav.up")
+        # ownership (docs/ownership.md): its own vehicles' leases and commands in flight in TWIN_LEASES,
+        # written by compare-and-set, read by a direct get whose subject names the key, and the lease's
+        # subject heard (a release wakes a standby); never another vehicle's
+        leases = lease_kv_subject(f"{p}.lease")
+        pub += [leases, lease_kv_subject(f"{p}.cmd.>"), f"{API}.DIRECT.GET.{LEASES_STREAM}.{lease_kv_subject(p)}.>"]
+        sub.append(leases)
     return Permissions(pub_allow=pub, sub_allow=sub, pub_deny=[])
 
 

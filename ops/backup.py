@@ -42,6 +42,7 @@ from nats.js import api as jsapi
 from mavjet.contract import natsconn
 from mavjet.contract.errors import MavjetError
 from mavjet.ops.health import is_twin_stream
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import duration, run_cli
 
 FORMAT = "mavjet-backup"
@@ -290,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-backup"))
+    nc = await connect(args, name="mavjet-backup")
     started = time.monotonic()
     try:
         streams = [s.strip() for s in args.streams.split(",") if s.strip()] if args.streams else None

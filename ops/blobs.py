@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 from nats.js import JetStreamContext
@@ -22,11 +23,20 @@ from nats.js import JetStreamContext
 from mavjet.contract import natsconn
 from mavjet.contract.commands import OBJECT_NAME
 from mavjet.gateway.stores import blobs
-from mavjet.gateway.stores.chunks import HASH_PREFIX, BlobError, BlobFailure, Transfer
+from mavjet.gateway.stores.chunks import (
+    HASH_PREFIX,
+    BlobError,
+    BlobFailure,
+    Source,
+    Transfer,
+    content_name,
+    object_digest,
+)
 from mavjet.ops.console import is_tty, print_table, transfer_progress
+from mavjet.ops.resolve import Refused, connect
 from mavjet.ops.runner import run_cli
 
-Attempt = Callable[[JetStreamContext], Awaitable[Transfer]]
+T = TypeVar("T")
 RETRYABLE = (BlobFailure.NOT_CONNECTED, BlobFailure.UNREADABLE, BlobFailure.UNWRITABLE)
 
 
@@ -56,15 +66,15 @@ def _doc(t: Transfer, **extra: object) -> dict[str, object]:
             "already_present": t.already_present, **extra}  # fmt: skip
 
 
-async def _with_retries(args: argparse.Namespace, attempt: Attempt) -> Transfer:
+async def _with_retries(args: argparse.Namespace, attempt: Callable[[JetStreamContext], Awaitable[T]]) -> T:
     """Run `attempt(js)` with a fresh connection, reconnecting after a retryable failure."""
     tries = 0
     while True:
         try:
-            nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-blobs"))
+            nc = await connect(args, name="mavjet-blobs")
         except Exception as exc:  # an unreachable server counts as one failed try
-            if tries >= args.retries:
-                raise
+            if tries >= args.retries or (tries == 0 and isinstance(exc, Refused)):
+                raise  # nothing listens there: retrying a first connect would only wait
             print(f"mavjet blobs: {exc}; retrying", file=sys.stderr)
         else:
             try:
@@ -87,7 +97,10 @@ async def put(args: argparse.Namespace) -> int:
     if not await anyio.Path(data).is_file():
         print(f"mavjet blobs: {data}: not a readable file", file=sys.stderr)
         return 2
-    with transfer_progress(f"put {args.file.name}", quiet=args.quiet or args.json) as progress:
+    # Checked first: a file already stored shows no progress bar (it used to show 100% and then
+    # "already stored, nothing sent"); put_blob then only links the name.
+    present = await _with_retries(args, lambda js: _stored(js, data))
+    with transfer_progress(f"put {args.file.name}", quiet=args.quiet or args.json or present) as progress:
 
         async def attempt(js: JetStreamContext) -> Transfer:
             return await blobs.put_blob(js, data, alias=args.name, progress=progress)
@@ -100,6 +113,16 @@ async def put(args: argparse.Namespace) -> int:
         alias = f" as {args.name}" if args.name else ""
         print(f"stored {t.name}{alias} ({t.size_bytes} bytes, {how})")
     return 0
+
+
+async def _stored(js: JetStreamContext, data: Path) -> bool:
+    """Whether TWIN_BLOBS already holds this file's content (by its sha256); the put itself reports any error."""
+    hex_ = await Source(data).sha256()
+    try:
+        existing = await blobs.info(js, content_name(hex_))
+    except Exception:  # nats-py raises a wide range; the upload that follows says what is wrong
+        return False
+    return existing is not None and existing.get("digest") == object_digest(hex_)
 
 
 async def get(args: argparse.Namespace) -> int:
@@ -119,7 +142,7 @@ async def get(args: argparse.Namespace) -> int:
 
 
 async def ls(args: argparse.Namespace) -> int:
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-blobs"))
+    nc = await connect(args, name="mavjet-blobs")
     try:
         docs = await blobs.list_records(nc.jetstream(), args.prefix)
     finally:

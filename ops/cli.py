@@ -29,7 +29,7 @@ COMMANDS: dict[str, str] = {
     "shadow": "read, write and watch shadow documents",
     "replay": "replay the audit trail with Spark into Parquet and a report",
     "synth": "publish a synthetic, deterministic event history (analytics test data)",
-    "bench": "benchmarks: ingest, commands, mixed, shadow, replay, uplink, consumers, overload, scrape, compare",
+    "bench": "benchmarks: ingest, commands, mixed, shadow, replay, uplink, consumers, overload, scrape, failover, compare",
     "monitor": "export JetStream stream health as Prometheus metrics",
     "backup": "back up streams, KV history and objects to a directory",
     "restore": "restore a backup into a server",

@@ -25,7 +25,6 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from mavjet.contract import envelope
 from mavjet.contract.commands import (
@@ -38,12 +37,8 @@ from mavjet.contract.commands import (
 from mavjet.contract.errors import MavjetError
 from mavjet.contract.events import EventType
 from mavjet.contract.subjects import (
-    CMD_STREAM,
-    SHADOW_BUCKET,
     cmd_subject,
-    command_consumer,
     event_filter,
-    shadow_key,
 )
 
 RECENT_RESULTS = 10_000
@@ -92,32 +87,6 @@ class Result:
 
 def new_command_id() -> str:
     return uuid.uuid4().hex
-
-
-async def vehicle_registered(nc: Client, env: str, vid: str, *, timeout_s: float = 5.0) -> bool:
-    """Whether a gateway has ever registered `vid`: its TWIN_CMD consumer, or its shadow `config`/`meta`.
-
-    A gateway creates the durable consumer `gw_<vid>` when it starts serving
-    the vehicle and writes the shadow documents when the vehicle connects; a
-    vid with neither has no gateway, and a command for it would only expire.
-    """
-    js = nc.jetstream(timeout=timeout_s)
-    try:
-        await js.consumer_info(CMD_STREAM, command_consumer(vid))
-        return True
-    except NotFoundError:
-        pass
-    try:
-        kv = await js.key_value(SHADOW_BUCKET)
-    except NotFoundError:
-        return False
-    for doc in ("meta", "config"):
-        try:
-            await kv.get(shadow_key(env, vid, doc))
-            return True
-        except (KeyNotFoundError, NotFoundError):
-            continue
-    return False
 
 
 class CommandClient:

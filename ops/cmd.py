@@ -4,7 +4,7 @@ Parameters are checked against the catalogue before anything is published
 (the gateway checks again: it trusts no publisher). With `--wait` the command
 prints its `cmd_result` and the round trip, and the exit status says how it
 ended: 0 accepted, 1 not accepted, 2 bad usage (or a vehicle no gateway has
-registered, unless `--force`), 3 NATS unreachable, 4 no result within
+registered or whose gateway is gone, unless `--force`; an unprovisioned env), 3 NATS unreachable, 4 no result within
 `--timeout`, 5 the stream dropped the publish as a duplicate of a command
 already queued with the same id for the vehicle.
 
@@ -22,24 +22,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from nats.aio.client import Client
-
 from mavjet.contract import natsconn
 from mavjet.contract.commands import CATALOGUE, CommandInvalid, check_command_id, parse_cli_params
 from mavjet.contract.errors import MavjetError
 from mavjet.contract.natsconn import NatsUnavailable
-from mavjet.contract.subjects import check_token
+from mavjet.contract.subjects import CMD_STREAM, STATE_STREAM, check_token
 from mavjet.contract.units import parse_duration_s
-from mavjet.ops.client import (
-    CommandClient,
-    DuplicateCommand,
-    ResultTimeout,
-    new_command_id,
-    vehicle_registered,
-)
+from mavjet.ops import resolve
+from mavjet.ops.client import CommandClient, DuplicateCommand, ResultTimeout, new_command_id
 from mavjet.ops.console import is_tty, print_table
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import run_cli
 
+DEFAULT_DEADLINE_S = 30.0  # the gateway's commands.default_deadline_s, made explicit for a vehicle nobody serves
 EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_USAGE, EXIT_NATS, EXIT_TIMEOUT, EXIT_DUPLICATE = 0, 1, 2, 3, 4, 5
 
 
@@ -94,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", default="60s",
                    help="how long --wait waits; also the command's deadline unless --deadline (default: %(default)s)")
     p.add_argument("--force", action="store_true",
-                   help="queue the command even if no gateway has registered the vehicle")
+                   help="queue the command even if no gateway has registered the vehicle, or its gateway is gone "
+                        "(it waits until its deadline)")
     p.add_argument("--id", dest="cmd_id", help="command id (default: a new UUID); reusing an id is de-duplicated")
     p.add_argument("--issuer", default="mavjet-cli", help="who issues the command (audit trail)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -116,16 +112,27 @@ async def run(args: argparse.Namespace) -> int:
         print(f"mavjet cmd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-cmd"))
+        nc = await connect(args, name="mavjet-cmd")
     except NatsUnavailable as exc:
         print(f"mavjet cmd: {exc}", file=sys.stderr)
         return EXIT_NATS
     try:
-        if not args.force and not await _registered(nc, args.env, args.vid):
-            print(f"mavjet cmd: no gateway has registered vehicle {args.vid} (no TWIN_CMD consumer "
-                  f"gw_{args.vid}, no shadow config/meta): the command would only expire. Check the vid "
-                  "(mavjet fleet), or --force to queue it anyway", file=sys.stderr)
+        try:
+            vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=(CMD_STREAM, STATE_STREAM),
+                                            force="queue it anyway", allow_unknown=args.force)
+        except MavjetError as exc:
+            print(f"mavjet cmd: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        if vehicle.gone or not vehicle.known:
+            if not args.force:
+                print(f"mavjet cmd: {vehicle.gone_text()}: the command would wait in TWIN_CMD until its deadline "
+                      "and expire unexecuted; --force queues it anyway", file=sys.stderr)
+                return EXIT_USAGE
+            # Queued for a vehicle nobody serves now: say until when it waits (the gateway's default is the same).
+            deadline_s = DEFAULT_DEADLINE_S if deadline_s is None else deadline_s
+            who = vehicle.gone_text() if vehicle.known else f"no gateway has registered {args.vid} yet"
+            print(f"mavjet cmd: warning: {who}; queued until its deadline {resolve.deadline_text(deadline_s)}: "
+                  f"it expires unexecuted unless a gateway serves {args.vid} by then", file=sys.stderr)
         async with CommandClient(nc, args.env, issuer=args.issuer) as client:
             cmd_id = args.cmd_id or new_command_id()
             if args.wait:
@@ -159,14 +166,9 @@ async def run(args: argparse.Namespace) -> int:
         detail = f" — {res.detail}" if res.detail else ""
         print(f"{res.vid} {res.name} {res.cmd_id}: {res.result}{mav} attempts={res.attempts} "
               f"latency={res.latency_ms:.1f} ms round-trip={rtt_ms:.1f} ms{detail}")
+        for text in res.data.get("vehicle_text") or ():  # what the autopilot said while it ran
+            print(f"  vehicle: {text}")
     return EXIT_ACCEPTED if res.accepted else EXIT_NOT_ACCEPTED
-
-
-async def _registered(nc: Client, env: str, vid: str) -> bool:
-    try:
-        return await vehicle_registered(nc, env, vid)
-    except Exception:  # TWIN_CMD missing, no permission...: let the publish say what is wrong
-        return True
 
 
 def main(argv: list[str]) -> int:

@@ -83,7 +83,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-clear", action="store_true", help="append frames instead of redrawing the screen")
     p.add_argument("--secure", action="store_true",
                    help="with per-identity credentials and the permission matrix (docs/security.md)")
+    p.add_argument("--report", type=Path, metavar="OUT",
+                   help="no demo: serve the last demo's data (DIR/js) and replay its audit trail into OUT "
+                        "(report.html; needs the analytics extra and Java: `make report`)")
     return p
+
+
+REPORT_SINCE = "30d"  # the whole of a demo's audit trail (TWIN_EVENTS keeps 90 days)
+
+
+def report(args: argparse.Namespace) -> int:
+    """`mavjet demo --report OUT`: `mavjet replay` of the stored demo, with a nats-server started for it."""
+    store = args.dir / "js"
+    if not store.is_dir():
+        raise ConfigError("--report", f"no demo data in {store}: run `make demo` first (or `mavjet replay "
+                          "--nats URL --out DIR` against a server of your own)")
+    server = NatsServer(store_dir=str(store), log_file=str(args.dir / "nats-report.log"),
+                        gomaxprocs=COLOCATED_GOMAXPROCS)
+    server.start()
+    try:
+        print(f"nats-server {server.url} serving the demo's data in {store}", flush=True)
+        rc = subprocess.call([sys.executable, "-m", "mavjet.ops", "replay", "--since", REPORT_SINCE,
+                              "--out", str(args.report), "--nats", server.url, "--env", ENV])
+    finally:
+        server.stop()
+    if rc == 0:
+        print(f"report: {args.report / 'report.html'}")
+    return rc
 
 
 def _use_commands(choice: str) -> bool:
@@ -113,7 +139,8 @@ async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands
                 tasks.append(asyncio.create_task(fly_sortie_forever(operator, ENV, vid, index=i), name=f"demo.sortie[{vid}]"))
         duration = parse_duration_s(args.duration) if args.duration else None
         try:
-            await show(viewer, ENV, refresh_s=1.0, duration_s=duration, clear=not args.no_clear and sys.stdout.isatty())
+            await show(viewer, ENV, refresh_s=1.0, duration_s=duration, clear=not args.no_clear and sys.stdout.isatty(),
+                       url=url)
         finally:
             for t in tasks:
                 t.cancel()
@@ -178,6 +205,8 @@ def main(argv: list[str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.report is not None:
+        return report(args)
     if not 1 <= args.vehicles <= 200:
         raise ConfigError("--vehicles", "must be 1..200")
     if not (math.isfinite(args.speedup) and 0 < args.speedup <= 1000):  # the simulator's own bound, said up front

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import IO, Any
 
-import anyio
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 from rich.console import Console
@@ -28,11 +27,15 @@ from rich.text import Text
 from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError
 from mavjet.contract.events import EventType
-from mavjet.contract.subjects import EVENT_TYPES, check_token, event_filter
+from mavjet.contract.subjects import EVENT_TYPES, EVENTS_STREAM, check_token, event_filter
 from mavjet.contract.units import parse_duration_s, parse_instant
+from mavjet.ops import resolve
 from mavjet.ops.console import console, is_tty
-from mavjet.ops.read import Record, event_summary, event_time, format_event, to_record
+from mavjet.ops.read import Record, caught_up, event_summary, event_time, format_event, to_record
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import run_cli
+
+READ_TIMEOUT_S = 30.0  # a bound only: a read ends when the stream has nothing more to deliver
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,8 +147,16 @@ async def run(args: argparse.Namespace) -> int:
         raise ConfigError("until", "--until and --follow exclude each other")
     if until is not None and until <= since:
         raise ConfigError("until", f"{args.until!r} is not after --since {args.since!r}")
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-events"))
-    caught_up = asyncio.Event()
+    nc = await connect(args, name="mavjet-events")
+    try:
+        if args.vid != "*":
+            await resolve.vehicle(nc, args.env, args.vid, needs=(EVENTS_STREAM,))
+        else:
+            await resolve.require_env(nc.jetstream(), args.env, (EVENTS_STREAM,))
+    except BaseException:
+        await nc.close()
+        raise
+    done = asyncio.Event()
     printed = 0
     show = event_printer(as_json=args.json)
 
@@ -156,7 +167,7 @@ async def run(args: argparse.Namespace) -> int:
             show(rec)
             printed += 1
         if msg.metadata.num_pending == 0:
-            caught_up.set()
+            done.set()
 
     try:
         js = nc.jetstream()
@@ -173,8 +184,8 @@ async def run(args: argparse.Namespace) -> int:
             finally:
                 await sub.unsubscribe()
         else:
-            with anyio.move_on_after(3.0):  # nothing in range: the callback never runs
-                await caught_up.wait()
+            # Ends when the stream says there is no more (or at once when nothing is in range).
+            await caught_up(sub, done, timeout_s=READ_TIMEOUT_S)
             await sub.unsubscribe()
     finally:
         await nc.close()

@@ -39,19 +39,24 @@ from nats.js import api as jsapi
 from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError
 from mavjet.contract.events import EventType
-from mavjet.contract.subjects import event_filter, state_filter
+from mavjet.contract.redact import redact
+from mavjet.contract.subjects import EVENTS_STREAM, STATE_STREAM, event_filter, state_filter
 from mavjet.contract.units import parse_duration_s
 from mavjet.ops.console import live_screen, live_text
 from mavjet.ops.read import (
     STALE_AFTER_S,
     Record,
+    caught_up,
     current_state,
     events_since,
     format_event,
     staleness,
     to_record,
 )
+from mavjet.ops.resolve import connect, require_env
 from mavjet.ops.runner import run_cli
+
+FIRST_FRAME_WAIT_S = 5.0  # a bound only: the first frame comes once what is stored has been read
 
 # A command that ended well is the operator's own doing, not news; anything else is.
 QUIET_RESULTS = frozenset({"accepted"})
@@ -63,6 +68,19 @@ def operator_cares(r: Record) -> bool:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _table_width(head: list[str], rows: list[list[str]]) -> int:
+    """The width of the table's widest line: every column at its widest cell, two spaces between."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def title_lines(env: str, url: str, now: dt.datetime, *, live: bool) -> str:
+    """The view's header: which server and env, and the line that points another shell at them."""
+    stop = "   (Ctrl-C to stop)" if live else ""
+    return (f"mavjet fleet — env {env} — {redact(url)} — {now:%H:%M:%S}Z{stop}\n"
+            f"in another shell: export MAVJET_NATS={redact(url)} MAVJET_ENV={env}")
 
 
 @dataclass(slots=True)
@@ -110,6 +128,8 @@ class FleetView:
                 f"{p.get('groundspeed_m_s', 0.0):.1f}" if p else "-",
                 f"{bat.data['remaining_pct']:.0f}%" if bat and bat.data.get("remaining_pct") is not None else "-",
                 link_col,
+                # The gateway that published the link record: with ownership, the vehicle's owner.
+                str(link.data.get("gateway") or "-") if link else "-",
                 "-" if fresh.age_s is None else f"{fresh.age_s:.1f}s",
             ])
         return rows
@@ -134,16 +154,19 @@ class FleetView:
 
     def render(self, now: dt.datetime, title: str = "", *, width: int | None = None, height: int | None = None) -> str:
         """The table and the feed; with `width`/`height` (a terminal's), cut to fit them."""
-        head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "AGE"]
+        head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "OWNER", "AGE"]
         rows = self.rows(now)
-        if width is not None and width < 100:
-            # The position is the first to go: the other columns are what a glance needs.
+        if width is not None and _table_width(head, rows) > width:
+            # The owner (which gateway) goes first, then the position: the rest is what a glance needs.
+            head = head[:8] + head[9:]
+            rows = [r[:8] + r[9:] for r in rows]
+        if width is not None and _table_width(head, rows) > width:
             head = head[:3] + head[4:]
             rows = [r[:3] + r[4:] for r in rows]
-        if width is not None:
-            rows = [[_cut(c, 14) for c in r] for r in rows]
+            if _table_width(head, rows) > width:  # then long modes and link reasons are cut
+                rows = [[_cut(c, 14) for c in r] for r in rows]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-        lines = [title] if title else []
+        lines = title.splitlines() if title else []
         lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
         table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         table = table or ["(no vehicles yet)"]  # a line like any row: the height below counts it
@@ -164,27 +187,40 @@ class FleetView:
         return "\n".join(lines)
 
 
-async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 12) -> list[object]:
-    """Start the two subscriptions feeding `view`; returns them for unsubscribe."""
+async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 12,
+                 caught_up_s: float = 0.0) -> list[object]:
+    """Start the two subscriptions feeding `view`; returns them for unsubscribe.
+
+    With `caught_up_s`, returns once both have delivered what was stored (or
+    at once for an empty one), waiting at most that long: the first frame then
+    shows the fleet, not an empty table.
+    """
     js = nc.jetstream()
+    state_done, events_done = asyncio.Event(), asyncio.Event()
 
     async def on_state(msg: Msg) -> None:
         r = to_record(msg)
         if r is not None:
             view.on_state(r)
+        if msg.metadata.num_pending == 0:
+            state_done.set()
 
     async def on_event(msg: Msg) -> None:
         r = to_record(msg)
         if r is not None:
             view.on_event(r)
+        if msg.metadata.num_pending == 0:
+            events_done.set()
 
-    subs: list[object] = []
     scfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.LAST_PER_SUBJECT)
-    subs.append(await js.subscribe(state_filter(env), cb=on_state, ordered_consumer=True, config=scfg))
+    ssub = await js.subscribe(state_filter(env), cb=on_state, ordered_consumer=True, config=scfg)
     since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
     ecfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.BY_START_TIME, opt_start_time=since)
-    subs.append(await js.subscribe(event_filter(env), cb=on_event, ordered_consumer=True, config=ecfg))
-    return subs
+    esub = await js.subscribe(event_filter(env), cb=on_event, ordered_consumer=True, config=ecfg)
+    if caught_up_s > 0:
+        await caught_up(ssub, state_done, timeout_s=caught_up_s)
+        await caught_up(esub, events_done, timeout_s=caught_up_s)
+    return [ssub, esub]
 
 
 async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*",
@@ -201,22 +237,27 @@ async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S
 
 
 async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | None, clear: bool,
-               stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*", all_events: bool = False) -> FleetView:
+               stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*", all_events: bool = False,
+               url: str | None = None) -> FleetView:
     view = FleetView(stale_after_s=stale_after_s, vid_glob=vid_glob, all_events=all_events)
-    subs = await follow(nc, env, view)
+    subs = await follow(nc, env, view, caught_up_s=FIRST_FRAME_WAIT_S)
     loop = asyncio.get_running_loop()
     end = None if duration_s is None else loop.time() + duration_s
+    shown_url = url or (str(nc.connected_url.geturl()) if nc.connected_url is not None else "?")
     # On a terminal, rich's Live redraws in the alternate screen (restored on exit, no flicker);
     # the frame is still render()'s text, cut to the terminal, so it fits 80x24 as tested.
     screen = live_screen() if clear else contextlib.nullcontext()
     try:
         with screen as live:
+            first = True
             while True:
-                await asyncio.sleep(refresh_s)
+                if not first:  # the first frame as soon as what is stored has been read
+                    await asyncio.sleep(refresh_s)
+                first = False
                 now = dt.datetime.now(dt.UTC)
                 size = shutil.get_terminal_size((80, 24))
                 fit = {"width": size.columns, "height": size.lines - 1} if clear else {}
-                text = view.render(now, f"mavjet fleet — env {env} — {now:%H:%M:%S}Z   (Ctrl-C to stop)", **fit)
+                text = view.render(now, title_lines(env, shown_url, now, live=True), **fit)
                 if live is not None:
                     live.update(live_text(text), refresh=True)
                 else:
@@ -251,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> int:
     stale_after_s: float = args.stale_after
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-fleet"))
+    nc = await connect(args, name="mavjet-fleet")
     try:
+        await require_env(nc.jetstream(), args.env, (STATE_STREAM, EVENTS_STREAM))
         if args.once:
             view = await snapshot(nc, args.env, stale_after_s=stale_after_s, vid_glob=args.vid,
                                   all_events=args.all_events)
@@ -260,14 +302,14 @@ async def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(view.to_json(now), indent=2, default=str))
             else:
-                print(view.render(now, f"mavjet fleet — env {args.env} — {now:%H:%M:%S}Z"))
+                print(view.render(now, title_lines(args.env, args.nats, now, live=False)))
             return 0
         if args.json:
             raise ConfigError("json", "--json goes with --once (the live view is for people)")
         await show(nc, args.env, refresh_s=parse_duration_s(args.refresh),
                    duration_s=parse_duration_s(args.duration) if args.duration else None,
                    clear=not args.no_clear and sys.stdout.isatty(), stale_after_s=stale_after_s,
-                   vid_glob=args.vid, all_events=args.all_events)
+                   vid_glob=args.vid, all_events=args.all_events, url=args.nats)
     finally:
         await nc.close()
     return 0

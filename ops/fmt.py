@@ -1,8 +1,9 @@
 """How the operator CLI shows a value: units from the field's name, enum names, no reprs.
 
 Field names carry their units (`alt_m`, `groundspeed_m_s`, `lat_deg`), so the
-format follows the name: latitude and longitude to 7 decimals (1 cm; 6
-significant digits would be ~100 m off), metres and speeds to 0.1, volts to
+format follows the name: latitudes and longitudes (`lat_deg`,
+`home_lon_deg`...) to 7 decimals (1 cm; 6 significant digits would be ~100 m
+off, and 0.1 as for other degrees ~10 km), metres and speeds to 0.1, volts to
 0.01, percentages whole. MAVLink enum numbers are shown by name
 (`system_status=STANDBY`, `landed_state=IN_AIR`, `fix_type=3D_FIX`), and
 nested maps and lists as `k=v` lists, never as Python reprs.
@@ -38,7 +39,7 @@ def format_value(field: str, value: Any) -> str:
     if field in ENUM_FIELDS and isinstance(value, int):
         return enum_name(field, value)
     if isinstance(value, float):
-        if field in ("lat_deg", "lon_deg"):
+        if field.endswith(("lat_deg", "lon_deg")):  # home_lat_deg too: 0.1° would be ~10 km
             return f"{value:.7f}"
         if field.endswith("_pct"):
             return f"{value:.0f}"

@@ -30,10 +30,11 @@ from mavjet.contract import natsconn
 from mavjet.contract.commands import CommandName
 from mavjet.contract.envelope import unpack
 from mavjet.contract.events import EventType
-from mavjet.contract.subjects import event_subject
+from mavjet.contract.subjects import CMD_STREAM, LOGS_STREAM, STATE_STREAM, event_subject
 from mavjet.gateway.stores import logstore
-from mavjet.ops import console
+from mavjet.ops import console, resolve
 from mavjet.ops.client import CommandClient, ResultTimeout
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import duration, run_cli
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 4
@@ -94,11 +95,19 @@ class Bar:
 
 
 async def ls(args: argparse.Namespace) -> int:
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-logs"))
+    nc = await connect(args, name="mavjet-logs")
     try:
-        records = await logstore.list_logs(nc.jetstream(), args.env, args.vid)
         if args.stored:
+            await resolve.require_env(nc.jetstream(), args.env, (LOGS_STREAM,))
+            records = await logstore.list_logs(nc.jetstream(), args.env, args.vid)
+            if not records:  # stored logs of a vehicle long gone are still its logs: only then is it looked up
+                await resolve.vehicle(nc, args.env, args.vid, needs=(LOGS_STREAM, STATE_STREAM))
+            if not records and not args.json:
+                print(f"no logs of {args.vid} in TWIN_LOGS (mavjet logs ls {args.vid}: the vehicle's own list)",
+                      file=sys.stderr)
             return _print_stored(records, as_json=args.json)
+        await _served(nc, args, CommandName.LOG_LIST)
+        records = await logstore.list_logs(nc.jetstream(), args.env, args.vid)
         async with CommandClient(nc, args.env, issuer="mavjet-logs") as client:
             # The deadline is the wait: a command nobody waits for any more is not started later.
             res = await client.call(args.vid, CommandName.LOG_LIST, {}, deadline_s=args.timeout, timeout_s=args.timeout)
@@ -125,6 +134,7 @@ async def ls(args: argparse.Namespace) -> int:
         console.print_table(["LOG", "SIZE", "DATE (UTC)", "IN TWIN_LOGS"], cells, right=["LOG", "SIZE"],
                             title=f"logs on {args.vid}")
     else:
+        print(f"{'LOG':>5}  {'SIZE':>13}  {'DATE (UTC)':<20}  IN TWIN_LOGS")
         for log_id, size, when, stored_mark in cells:
             print(f"{log_id:>5}  {size:>13}  {when:<20}  {stored_mark}")
     print(res.detail, file=sys.stderr)
@@ -140,10 +150,17 @@ def _print_stored(records: list[logstore.LogRecord], *, as_json: bool) -> int:
         cells = [(str(r["object"]), f"{r['bytes']} B", str(r["sha256"])[:16], str(r["mtime"])) for r in rows]
         if console.is_tty():
             console.print_table(["OBJECT", "SIZE", "SHA256", "STORED AT"], cells, right=["SIZE"])
-        else:
+        elif cells:
+            print(f"{'OBJECT':<48} {'SIZE':>13}  {'SHA256':<23}  STORED AT")
             for obj, size, sha, mtime in cells:
                 print(f"{obj:<48} {size:>13}  sha256 {sha}  {mtime}")
     return EXIT_OK
+
+
+async def _served(nc: Client, args: argparse.Namespace, command: str) -> None:
+    """Refuse (one line, exit 2) a vehicle no gateway has registered, or whose gateway is gone: nobody would answer."""
+    vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=(CMD_STREAM, STATE_STREAM, LOGS_STREAM))
+    resolve.require_served(vehicle, why=f"nobody would answer {command}")
 
 
 async def _follow(nc: Client, args: argparse.Namespace, bar: Bar) -> dict[str, Any] | None:
@@ -189,8 +206,9 @@ async def get(args: argparse.Namespace) -> int:
         print("mavjet logs: LOG_ID must be a number or latest", file=sys.stderr)
         return EXIT_USAGE
     bar = Bar(f"log {args.log} of {args.vid}", quiet=args.quiet or args.json)
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-logs"))
+    nc = await connect(args, name="mavjet-logs")
     try:
+        await _served(nc, args, CommandName.LOG_DOWNLOAD)
         try:
             out = await _follow(nc, args, bar)
         except ResultTimeout as exc:

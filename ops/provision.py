@@ -26,6 +26,7 @@ from mavjet.contract.errors import MavjetError
 from mavjet.contract.subjects import check_token
 from mavjet.contract.units import parse_duration_s, parse_size_bytes
 from mavjet.ops.reserve import SIZES, add_stream_retrying, headroom_bytes, human_bytes, reservable
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import run_cli
 
 
@@ -150,6 +151,7 @@ def _load(directory: Path, *, env: str, replicas: int) -> list[Definition]:
                     storage=jsapi.StorageType(raw.get("storage", "file")),
                     max_msgs_per_subject=int(raw.get("history", 1)),
                     max_msg_size=parse_size_bytes(raw.get("max_value_size", -1)),
+                    max_age=parse_duration_s(raw["max_age"]) if "max_age" in raw else None,
                     allow_direct=bool(raw.get("allow_direct", True)),
                     allow_rollup_hdrs=True,
                     discard=jsapi.DiscardPolicy.NEW,
@@ -347,7 +349,7 @@ def _max_bytes(items: list[str]) -> dict[str, int]:
 async def run(args: argparse.Namespace) -> int:
     defs = load_definitions(args.definitions, env=args.env, replicas=args.replicas, size=args.size,
                             max_bytes=_max_bytes(args.max_bytes))
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-provision"))
+    nc = await connect(args, name="mavjet-provision")
     try:
         actions = await provision(nc.jetstream(), defs, dry_run=args.dry_run)
     finally:

@@ -46,6 +46,7 @@ from mavjet.ops.backup import (
     file_sha256,
     messages_path,
 )
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import duration, run_cli
 
 # The server refuses duplicate windows under 100 ms.
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-restore"))
+    nc = await connect(args, name="mavjet-restore")
     started = time.monotonic()
     try:
         streams = [s.strip() for s in args.streams.split(",") if s.strip()] if args.streams else None

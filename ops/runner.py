@@ -24,7 +24,11 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 
-from mavjet.contract.errors import MavjetError
+import nats.errors
+import nats.js.errors
+
+from mavjet.contract.errors import ConfigError, MavjetError
+from mavjet.contract.natsconn import check_url, with_scheme
 from mavjet.contract.redact import redact
 from mavjet.contract.units import parse_duration_s
 
@@ -51,12 +55,17 @@ def run_cli(
     args = parser.parse_args(argv)
     reported: tuple[type[Exception], ...] = (MavjetError, *errors)
     try:
+        nats_servers(args, argv)
         result = run(args)
         if inspect.isawaitable(result):
             return asyncio.run(_wait(result))
         return result
     except reported as exc:
         print(redact(f"{parser.prog}: {exc}"), file=sys.stderr)  # the one line may quote a URL
+        return EXIT_ERROR
+    except nats.errors.Error as exc:
+        # A command that did not check first (they do: ops/resolve.py): still one line, never a traceback.
+        print(redact(f"{parser.prog}: {nats_error(exc, getattr(args, 'env', None))}"), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -66,6 +75,44 @@ def run_cli(
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def nats_servers(args: argparse.Namespace, argv: list[str]) -> None:
+    """`--nats` as the nats CLI takes it: `host:port` (or `host`) means `nats://host:port`.
+
+    Rewrites `args.nats` in place and checks each URL, naming the flag (or
+    $MAVJET_NATS, where the default came from) rather than a config key.
+    """
+    value = getattr(args, "nats", None)
+    if not isinstance(value, str):
+        return
+    given = any(a == "--nats" or a.startswith("--nats=") for a in argv)
+    source = "--nats" if given or "MAVJET_NATS" not in os.environ else "$MAVJET_NATS"
+    servers = [with_scheme(s.strip()) for s in value.split(",") if s.strip()]
+    if not servers:
+        raise _FlagError(f"{source}: empty; give a server URL like nats://127.0.0.1:4222")
+    for url in servers:
+        try:
+            check_url(url)
+        except ConfigError as exc:
+            raise _FlagError(f"{source}: {exc.reason} (nats://HOST:PORT or HOST:PORT)") from None
+    args.nats = ",".join(servers)
+
+
+def nats_error(exc: Exception, env: object) -> str:
+    """One line for an error NATS answered with."""
+    if isinstance(exc, nats.js.errors.NotFoundError | nats.js.errors.BucketNotFoundError) and isinstance(env, str):
+        return (f"a stream or bucket is missing ({type(exc).__name__}): is env {env!r} provisioned? "
+                f"`mavjet provision --env {env}`")
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return "no JetStream on this server (start nats-server with -js), or no permission for its API"
+    if isinstance(exc, nats.errors.TimeoutError):
+        return "NATS did not answer in time (a JetStream request timed out)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _FlagError(MavjetError):
+    """A connection flag's value is wrong: the message names the flag."""
 
 
 class StdoutClosed(Exception):  # an ending, not an error: `run_cli` exits 0 on it

@@ -12,7 +12,10 @@ Documents are JSON. Writes to `desired` are checked against the schema first
 (`--force` writes anyway: the gateway will report the problem in
 `reported.delta`), and use the revision they were read at, so two operators
 editing at once cannot silently overwrite each other. `reported` is the
-gateway's: this tool never writes it.
+gateway's: this tool never writes it. The vehicle is resolved first
+(ops/resolve.py): an unknown one is refused in one line (`set`/`edit
+--force` prepare desired for a vehicle not seen yet), and a write for one
+whose gateway is gone says it applies when a gateway serves it again.
 """
 
 from __future__ import annotations
@@ -40,12 +43,15 @@ from mavjet.contract.errors import MavjetError
 from mavjet.contract.subjects import (
     SHADOW_BUCKET,
     SHADOW_STREAM,
+    STATE_STREAM,
     check_token,
     shadow_key,
     shadow_kv_subject,
 )
 from mavjet.gateway.shadow.document import parse_desired
+from mavjet.ops import resolve
 from mavjet.ops.console import is_tty, print_table
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import duration, run_cli
 
 DOCS = ("desired", "reported", "meta", "config")
@@ -137,19 +143,32 @@ def _dump(doc: Any) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     check_token("vid", args.vid)
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-shadow"))
+    nc = await connect(args, name="mavjet-shadow")
     try:
+        writes = args.action in ("set", "edit")
+        # Writing desired for a vehicle not seen yet is how one is prepared: --force says it is meant.
+        vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=(SHADOW_BUCKET, STATE_STREAM),
+                                        force="write desired for it anyway" if writes else "",
+                                        allow_unknown=writes and args.force)
         js = nc.jetstream()
-        try:
-            kv = await js.key_value(SHADOW_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            raise UsageError(f"{SHADOW_BUCKET} does not exist: run `mavjet provision`") from None
-        return await _dispatch(args, kv, js)
+        kv = await js.key_value(SHADOW_BUCKET)
+        return await _dispatch(args, kv, js, vehicle)
     finally:
         await nc.close()
 
 
-async def _dispatch(args: argparse.Namespace, kv: KeyValue, js: JetStreamContext) -> int:
+def _written(vehicle: resolve.Vehicle, new: int, was: str = "") -> None:
+    """The line a write prints, and whether anyone will apply it soon."""
+    print(f"desired revision {new}{was}")
+    if vehicle.gone:
+        print(f"mavjet shadow: warning: {vehicle.gone_text()}: desired revision {new} is stored and applies when "
+              f"a gateway serves {vehicle.vid} again", file=sys.stderr)
+    elif not vehicle.known:
+        print(f"mavjet shadow: warning: no gateway has registered {vehicle.vid} yet: desired revision {new} is "
+              "stored and applies when one serves it", file=sys.stderr)
+
+
+async def _dispatch(args: argparse.Namespace, kv: KeyValue, js: JetStreamContext, vehicle: resolve.Vehicle) -> int:
     key = {d: shadow_key(args.env, args.vid, d) for d in DOCS}
     if args.action == "get":
         which = [d for d in DOCS if getattr(args, d, False)] or ["desired", "reported"]
@@ -173,7 +192,7 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue, js: JetStreamContext
             data = json.dumps(apply_assignments(base, args.assignments), indent=2, sort_keys=True).encode()
         _validate(data, args.force)
         new = await _write_desired(kv, key["desired"], data, rev)
-        print(f"desired revision {new}")
+        _written(vehicle, new)
         return 0
     if args.action == "edit":
         rev, cur = await _get(kv, key["desired"])
@@ -194,7 +213,7 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue, js: JetStreamContext
             return 0
         _validate(new_text.encode(), args.force)
         new = await _write_desired(kv, key["desired"], new_text.encode(), rev)
-        print(f"desired revision {new} (was {rev})")
+        _written(vehicle, new, f" (was {rev})")
         return 0
     if args.action == "history":
         k = key["reported" if args.reported else "desired"]
@@ -220,6 +239,8 @@ async def _dispatch(args: argparse.Namespace, kv: KeyValue, js: JetStreamContext
         rev, _ = await _get(kv, key["desired"])
         _, rep = await _get(kv, key["reported"])
         lines = diff_lines(rev, rep if isinstance(rep, dict) else None)
+        if vehicle.gone:
+            lines.append(f"{vehicle.gone_text()}: nothing converges until a gateway serves it again")
         if args.json:
             reported = rep if isinstance(rep, dict) else None
             print(json.dumps({
@@ -336,10 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. params.RTL_ALT=2000 mode=GUIDED armed=false; FIELD= removes it")
     s.add_argument("--file", help="a whole desired document (JSON), - for stdin")
     s.add_argument("--replace", action="store_true", help="start from an empty document instead of the current one")
-    s.add_argument("--force", action="store_true", help="write even if the document does not validate")
+    s.add_argument("--force", action="store_true",
+                   help="write even if the document does not validate, or no gateway has registered the vehicle yet")
     e = sub.add_parser("edit", help="edit desired in $EDITOR; written with a revision check")
     common(e)
-    e.add_argument("--force", action="store_true", help="write even if the document does not validate")
+    e.add_argument("--force", action="store_true",
+                   help="write even if the document does not validate, or no gateway has registered the vehicle yet")
     h = sub.add_parser("history", help="the revisions kept (history 5)")
     common(h)
     h.add_argument("--reported", action="store_true", help="reported's history instead of desired's")

@@ -13,10 +13,10 @@ import json
 from typing import Any
 
 from mavjet.analytics.options import parse_time_us
-from mavjet.analytics.synth import AuditConfig, Published, Truth, default_end_ns, publish_history
-from mavjet.contract import natsconn
-from mavjet.contract.errors import ConfigError
+from mavjet.analytics.synth import AuditConfig, Truth, default_end_ns, publish_history
+from mavjet.contract.errors import ConfigError, MavjetError
 from mavjet.contract.natsconn import add_nats_arguments
+from mavjet.ops.resolve import connect, require_env
 from mavjet.ops.runner import run_cli
 
 
@@ -37,13 +37,63 @@ async def ensure_stream(nc: Any, env: str, *, tracks: bool = False) -> None:
     except NotFoundError:
         await provision(js, load_definitions(DEFINITIONS_DIR, env=env, replicas=1))
         return
+    # TWIN_EVENTS exists, but for another env: publishing would store nothing. Provisioning is the
+    # operator's call (it would change a live stream's subjects): say so instead.
+    await require_env(js, env, (EVENTS_STREAM,))
     if tracks:
         try:
             await js.stream_info(TRACKS_STREAM)
         except NotFoundError:
             defs = load_definitions(DEFINITIONS_DIR, env=env, replicas=1)
             await provision(js, [d for d in defs if d.name == TRACKS_STREAM])
+        await require_env(js, env, (TRACKS_STREAM,))
 
+
+class AckCounter:
+    """A JetStream context whose async publishes are counted when acked: only what was stored counts.
+
+    Every PubAck future gets a callback, so a refused publish (no stream for
+    the subject) is counted and its error read here: no "Future exception was
+    never retrieved" from asyncio at exit. Counts are kept apart for events
+    and track samples (`kind` of the subject: `.evt.` or not).
+    """
+
+    def __init__(self, js: Any) -> None:
+        self.js = js
+        self.acked = {"events": 0, "tracks": 0}
+        self.duplicates = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    async def publish_async(self, subject: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = await self.js.publish_async(subject, *args, **kwargs)
+        kind = "events" if ".evt." in subject else "tracks"
+        fut.add_done_callback(lambda f: self._done(kind, f))
+        return fut
+
+    def _done(self, kind: str, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            self.failed += 1
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.failed += 1
+            self.first_error = self.first_error or exc
+        elif getattr(fut.result(), "duplicate", False):
+            self.duplicates += 1
+        else:
+            self.acked[kind] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.acked.values()) + self.duplicates + self.failed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.js, name)
+
+
+class SynthNotStored(MavjetError):
+    """Some publishes got no PubAck: the history is not (all) stored."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,12 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run(args: argparse.Namespace, cfg: AuditConfig, truth: Truth) -> Published:
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-synth"))
+async def _run(args: argparse.Namespace, cfg: AuditConfig, truth: Truth) -> AckCounter:
+    nc = await connect(args, name="mavjet-synth")
     try:
         await ensure_stream(nc, cfg.env, tracks=args.track_hz > 0)
-        return await publish_history(nc.jetstream(publish_async_max_pending=4000), cfg, truth,
-                                     max_events=args.max_events, track_hz=args.track_hz)
+        js = AckCounter(nc.jetstream(publish_async_max_pending=4000))
+        await publish_history(js, cfg, truth, max_events=args.max_events, track_hz=args.track_hz)
+        await asyncio.sleep(0)  # the last PubAcks' callbacks run
+        return js
     finally:
         await nc.close()
 
@@ -84,8 +136,14 @@ def run(args: argparse.Namespace) -> int:
         flights_per_day=args.flights_per_day, failsafe_prob=args.failsafe_prob,
     )
     truth = Truth(keep_detail=False)
-    published = asyncio.run(_run(args, cfg, truth))
-    summary = {"published": published.events, "track_samples": published.track_samples, "track_hz": args.track_hz,
+    acks = asyncio.run(_run(args, cfg, truth))
+    if acks.failed:
+        why = "" if acks.first_error is None else f": {type(acks.first_error).__name__} {acks.first_error}"
+        raise SynthNotStored(f"{acks.failed} of {acks.total} publishes were not "
+                             f"stored{why} (is env {cfg.env!r} provisioned? `mavjet provision --env {cfg.env}`)")
+    # Counted from the PubAcks: "published" is what the stream stored (a re-run's de-duplicated events are not).
+    summary = {"published": acks.acked["events"], "duplicates": acks.duplicates,
+               "track_samples": acks.acked["tracks"], "track_hz": args.track_hz,
                "seed": cfg.seed, "env": cfg.env,
                "start": dt.datetime.fromtimestamp(cfg.start_ns / 1e9, dt.UTC).isoformat(),
                "end": dt.datetime.fromtimestamp(cfg.end_ns / 1e9, dt.UTC).isoformat(), **truth.summary()}

@@ -23,17 +23,21 @@ import argparse
 import sys
 
 import anyio
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError
-from mavjet.contract.subjects import check_token, mav_down_subject, mav_up_subject
+from mavjet.contract.subjects import STATE_STREAM, check_token, mav_down_subject, mav_up_subject
 from mavjet.drivers.mavlink.routeports import RoutePort, open_route_port
 from mavjet.drivers.mavlink.router import FrameSplitter
 from mavjet.drivers.mavlink.transport import Endpoint
 from mavjet.gateway.routes import NatsTunnelPort
+from mavjet.ops import resolve
 from mavjet.ops.runner import run_cli
+
+PROBE_TIMEOUT_S = 0.5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,16 +99,40 @@ class Tunnel:
             self.port.close()
 
 
+async def tunnel_served(nc: Client, up_subject: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether anything subscribes to the vehicle's `.mav.up`: a gateway with `tunnel = true` for it does.
+
+    An empty request: with no subscriber the server answers "no responders" at
+    once; a gateway's tunnel takes it as zero bytes of MAVLink (nothing is sent
+    to the vehicle) and does not reply, so the wait runs out: served.
+    """
+    try:
+        await nc.request(up_subject, b"", timeout=timeout_s)
+    except nats.errors.NoRespondersError:
+        return False
+    except nats.errors.TimeoutError:
+        return True
+    return True
+
+
 async def _run(args: argparse.Namespace) -> int:
     check_token("vid", args.vid)
     check_token("env", args.env)
     endpoint = Endpoint.parse(args.listen)
     if endpoint.scheme not in ("udp", "udpout", "tcp"):
         raise ConfigError("--listen", f"{endpoint}: expected udp:, udpout: or tcp:HOST:PORT")
-    nc = await natsconn.connect(natsconn.options_from_args(args, name="mavjet-tunnel"))
+    # Reconnects once connected (a tunnel runs for hours); a refused first connect ends at once.
+    nc = await resolve.connect(args, name="mavjet-tunnel", allow_reconnect=True, max_reconnect_attempts=-1)
     tunnel = Tunnel(nc, args.env, args.vid)
     try:
-        print(f"mavjet tunnel: {args.vid} <-> {endpoint} (subjects {tunnel.down}, {tunnel.up.subject}); Ctrl-C stops")
+        vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=(STATE_STREAM,))
+        resolve.require_served(vehicle, why="there is no MAVLink to tunnel")
+        if not await tunnel_served(nc, tunnel.up.subject):
+            raise resolve.VehicleGone(f"no gateway serves a tunnel for {args.vid} (nobody subscribes to "
+                              f"{tunnel.up.subject}): set `tunnel = true` for it in its gateway's config "
+                              "(docs/ground-stations.md)")
+        print(f"mavjet tunnel: {args.vid} <-> {endpoint} (subjects {tunnel.down}, {tunnel.up.subject}); Ctrl-C stops",
+              flush=True)
         await tunnel.run(endpoint, quiet_warn_s=args.quiet_warn_s)
         await anyio.sleep_forever()
     finally:

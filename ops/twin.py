@@ -15,19 +15,20 @@ import sys
 from typing import Any
 
 from mavjet.contract import natsconn
-from mavjet.contract.subjects import STATE_CHANNELS, check_token
+from mavjet.contract.subjects import EVENTS_STREAM, STATE_CHANNELS, STATE_STREAM, check_token
 from mavjet.contract.units import parse_duration_s
+from mavjet.ops import resolve
 from mavjet.ops.console import console, is_tty, rich_table
 from mavjet.ops.fmt import format_fields
 from mavjet.ops.read import (
     STALE_AFTER_S,
     Record,
     age_s,
-    current_state,
     events_since,
     format_event,
     staleness,
 )
+from mavjet.ops.resolve import connect
 from mavjet.ops.runner import run_cli
 
 
@@ -44,10 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> int:
     check_token("vid", args.vid)
-    nc = await natsconn.connect_once(natsconn.options_from_args(args, name="mavjet-twin"))
+    nc = await connect(args, name="mavjet-twin")
     try:
+        vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=(STATE_STREAM, EVENTS_STREAM))
         js = nc.jetstream()
-        state = await current_state(js, args.env, args.vid)
+        state = {(args.vid, ch): r for ch, r in vehicle.state.items()}
         events = await events_since(js, args.env, vid=args.vid, last=args.events)
     finally:
         await nc.close()

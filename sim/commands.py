@@ -168,7 +168,9 @@ def cmd_arm_disarm(v: VehicleState, p: tuple[float, ...], frame: int | None, par
 
 
 def cmd_takeoff(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
-    return control.takeoff(v, float(p[6]))
+    if v.flavour.name == "px4":
+        return control.takeoff_px4(v, float(p[6]))  # param7 above mean sea level
+    return control.takeoff(v, float(p[6]))  # ArduPilot: param7 above home
 
 
 def cmd_land(v: VehicleState, p: tuple[float, ...], frame: int | None, partner: tuple[int, int], now: float) -> int:
@@ -199,7 +201,9 @@ def cmd_reposition(v: VehicleState, p: tuple[float, ...], frame: int | None, par
         r = control.set_mode(v, v.flavour.guided, reason="gcs_reposition")
         if r != ACCEPTED:
             return FAILED
-    alt = flight.rel_alt(v, float(p[6]), frame)
+    # PX4's navigator takes z as an altitude above mean sea level whatever the frame (capture
+    # tests/fixtures/px4/takeoff_and_reposition, navigator_main.cpp); ArduPilot honours the frame.
+    alt = flight.rel_alt(v, float(p[6]), R.MAV_FRAME_GLOBAL if v.flavour.name == "px4" else frame)
     if not math.isfinite(alt):
         alt = v.alt_m
     if p[0] > 0:

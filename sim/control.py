@@ -164,6 +164,33 @@ def takeoff(v: VehicleState, alt_m: float) -> int:
     return ACCEPTED
 
 
+# PX4's MIS_TAKEOFF_ALT default (navigator/mission_params.yaml): the climb of a NAV_TAKEOFF without param7.
+PX4_MIS_TAKEOFF_ALT_M = 2.5
+
+
+def takeoff_px4(v: VehicleState, alt_amsl_m: float) -> int:
+    """PX4's NAV_TAKEOFF: param7 is an altitude above mean sea level (navigator/takeoff.cpp).
+
+    NaN climbs MIS_TAKEOFF_ALT. A target below the vehicle is accepted, switches to AUTO.TAKEOFF and ends there
+    at once ("Already higher than takeoff altitude", CRITICAL, after the ACK) back in AUTO.LOITER, on the ground:
+    what the real PX4 does with a relative 10 (capture tests/fixtures/px4/takeoff_and_reposition).
+    """
+    base = v.home[2] if v.home is not None else v.ground_amsl_m
+    rel = PX4_MIS_TAKEOFF_ALT_M if not math.isfinite(alt_amsl_m) else alt_amsl_m - base
+    if not v.armed or not v.landed or v.flavour.takeoff is None:
+        return FAILED
+    if rel > v.alt_m:
+        return takeoff(v, rel)
+    if try_mode(v, mode_named(v, v.flavour.takeoff), "takeoff") != ACCEPTED:
+        return FAILED
+    if v.flavour.after_takeoff is not None:
+        v.fmode = mode_named(v, v.flavour.after_takeoff)
+    msg = "Already higher than takeoff altitude"
+    v.statustexts.append((R.MAV_SEVERITY_CRITICAL, msg))
+    v.desk.after_ack.append(R.MAVLink_statustext_message(R.MAV_SEVERITY_CRITICAL, msg.encode(), 0, 0))
+    return ACCEPTED
+
+
 def goto(v: VehicleState, lat_deg: float, lon_deg: float, alt_m: float) -> int:
     if v.fmode.behaviour != "guided":
         return DENIED

@@ -37,18 +37,36 @@ def on_param_request_read(v: VehicleState, msg: Any, partner: tuple[int, int], n
     if 0 <= idx < len(params.SPECS):
         # ArduPilot echoes the request's index: -1 (65535 on the wire) for a read by name
         telemetry.send_param(v, idx, telemetry.NO_INDEX if int(msg.param_index) < 0 and v.is_ap else idx)
+    elif not v.is_ap:  # ArduPilot stays silent; PX4 says the name does not exist (capture px4/param_error)
+        param_error(v, msg, partner, PARAM_ERROR_DOES_NOT_EXIST)
+
+
+# MAV_PARAM_ERROR values PX4's mavlink_parameters.cpp answers with (`send_error`).
+PARAM_ERROR_DOES_NOT_EXIST = 1
+PARAM_ERROR_TYPE_MISMATCH = 7
+
+
+def param_error(v: VehicleState, msg: Any, partner: tuple[int, int], error: int) -> None:
+    """PX4's PARAM_ERROR to the asker: by name when asked by name (param_index -1; PX4 itself leaves the index
+    unset, a recorded 28432), else by index."""
+    by_index = int(msg.param_index) >= 0 if msg.get_type() == "PARAM_REQUEST_READ" else False
+    send(v, R.MAVLink_param_error_message(partner[0], partner[1], b"" if by_index else _raw_id(msg.param_id),
+                                          int(msg.param_index) if by_index else -1, error))
 
 
 def on_param_set(v: VehicleState, msg: Any, partner: tuple[int, int], now: float, wall: float) -> None:
     name = _param_name(msg.param_id)
     spec = params.BY_NAME.get(name)
     if spec is None:
-        return  # ArduPilot ignores unknown names
+        if not v.is_ap:  # PX4: PARAM_ERROR DOES_NOT_EXIST (capture px4/param_error); ArduPilot ignores it
+            param_error(v, msg, partner, PARAM_ERROR_DOES_NOT_EXIST)
+        return
     value = float(msg.param_value)
     if not v.is_ap:
-        # PX4's mavlink_parameters.cpp: the declared type must be the param's own (else "param types
-        # mismatch", no answer); an INT32 gets the float's bytes copied in
+        # PX4's mavlink_parameters.cpp: the declared type must be the param's own (else PARAM_ERROR
+        # TYPE_MISMATCH, capture px4/param_error); an INT32 gets the float's bytes copied in
         if int(msg.param_type) != (params.REAL32 if spec.type == params.REAL32 else params.INT32):
+            param_error(v, msg, partner, PARAM_ERROR_TYPE_MISMATCH)
             return
         if spec.type != params.REAL32:
             value = params.from_bytewise(value)
@@ -182,3 +200,7 @@ def _param_name(raw: Any) -> str:
     if isinstance(raw, bytes):
         raw = raw.decode("ascii", "replace")
     return str(raw).split("\0", 1)[0]
+
+
+def _raw_id(raw: Any) -> bytes:
+    return (raw if isinstance(raw, bytes) else str(raw).encode("ascii", "replace")).split(b"\0", 1)[0]

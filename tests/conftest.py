@@ -43,6 +43,7 @@ BESIDE_THE_REST: dict[str, str] = {
     "tests/deploy/test_cluster.py": "a 3-node cluster's elections",
     "tests/deploy/test_cluster_gateway.py": "a gateway through a leader failover",
     "tests/commands/test_crash_stream.py": "gateways killed at random and restarted",
+    "tests/ownership/test_paused_owner.py": "a gateway process stopped past its lease's TTL",
 }
 
 

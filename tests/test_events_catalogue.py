@@ -63,7 +63,8 @@ def test_one_entry_per_type_and_consistent_derived_tables() -> None:
     assert {t for t in EventType if t is not EventType.PARAM_VALUE} == PUBLISHED
     assert SPOOL_CLASS[EventType.CMD_RESULT] is SpoolClass.CMD_RESULT
     assert EventType.FAILSAFE in SPOOL_CLASS and EventType.STATUSTEXT not in SPOOL_CLASS
-    exempt = {EventType.CMD_RESULT, EventType.EVENTS_SUPPRESSED, EventType.GATEWAY_STARTED, EventType.GATEWAY_STOPPED}
+    exempt = {EventType.CMD_RESULT, EventType.EVENTS_SUPPRESSED, EventType.GATEWAY_STARTED, EventType.GATEWAY_STOPPED,
+              EventType.OWNER_ACQUIRED, EventType.OWNER_RELEASED}
     assert exempt == BUDGET_EXEMPT
     assert (flight_edge(FlightEdge.START), flight_edge(FlightEdge.END)) == (EventType.ARMED, EventType.DISARMED)
     assert EFFECTS[CommandName.RTL] == (EventType.LANDED, 1800.0)

@@ -21,6 +21,7 @@ __all__ = [
     "FORCE_DISARM_MAGIC",
     "arm_params",
     "autopilot_version_fields",
+    "command_altitude",
     "heartbeat_armed",
     "is_airborne",
     "is_armed",
@@ -82,6 +83,23 @@ def arm_params(armed: bool, *, force: bool = False) -> tuple[float, float]:
     if armed:
         return (1.0, 0.0)
     return (0.0, FORCE_DISARM_MAGIC if force else 0.0)
+
+
+def command_altitude(flavour: str | None, alt_m: float, home_amsl_m: float | None) -> tuple[float, int] | None:
+    """The altitude param (param7 / COMMAND_INT z) and frame of a NAV_TAKEOFF or DO_REPOSITION for a target
+    `alt_m` above home, or None when the flavour needs home and it is not known.
+
+    ArduPilot reads them in the command's frame: a height above home in MAV_FRAME_GLOBAL_RELATIVE_ALT(_INT)
+    (COMMAND_LONG's NAV_TAKEOFF is relative too). PX4 reads param7 as an altitude above mean sea level and
+    ignores the frame (navigator: `_takeoff.setLoiterAltitudeAmsl(param7)`, reposition `alt = param7`), so it
+    gets home AMSL + `alt_m` in MAV_FRAME_GLOBAL(_INT): a relative 10 m there is below the ground and the
+    takeoff ends "Already higher than takeoff altitude" (docs/sim.md, PX4 fidelity).
+    """
+    if flavour == Flavour.PX4:
+        if home_amsl_m is None:
+            return None
+        return home_amsl_m + alt_m, mavlink2.MAV_FRAME_GLOBAL_INT
+    return alt_m, mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT
 
 
 _FIRMWARE_TYPES = {0: "dev", 64: "alpha", 128: "beta", 192: "rc", 255: "official"}

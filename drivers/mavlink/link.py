@@ -34,7 +34,7 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from mavjet.contract.errors import ConfigError, LinkError
+from mavjet.contract.errors import ConfigError, LinkError, NotOwnerError
 from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.drivers.mavlink.chores import Chores
 from mavjet.drivers.mavlink.codec import (
@@ -111,9 +111,28 @@ class LinkCounters:
     listener_drops: int = 0
     send_errors: int = 0
     heartbeats_skipped: int = 0  # the peer left more than a socket's high water unread
+    refused_not_owner: int = 0  # frames a standby or fenced gateway did not send (`MavlinkLink.gate`)
 
 
 OnState = Callable[[LinkState, LinkState], None]
+# Whether this gateway may act for the vehicle now (its owner, not fenced: gateway/ownership).
+Gate = Callable[[], bool]
+
+
+def passes_standby(msg: MavMessage) -> bool:
+    """What a gateway that does not own the vehicle may still send: asking to hear it.
+
+    A standby keeps decoding so it can take over at once, so it may ask for its
+    streams on its own link (REQUEST_DATA_STREAM, SET_MESSAGE_INTERVAL): they
+    change what the vehicle sends on that link, nothing it does. Heartbeats go
+    out below this check (`_LinkChores`). Everything else acts and needs the lease.
+    """
+    mid = msg.get_msgId()
+    if mid == mavlink2.MAVLINK_MSG_ID_REQUEST_DATA_STREAM:
+        return True
+    return mid == mavlink2.MAVLINK_MSG_ID_COMMAND_LONG and bool(
+        msg.command == mavlink2.MAV_CMD_SET_MESSAGE_INTERVAL)  # type: ignore[attr-defined]
+
 # Whole frames received from the vehicle, as bytes, untouched (routes, the NATS tunnel).
 OnFrames = Callable[[list[bytes]], None]
 
@@ -175,6 +194,9 @@ class MavlinkLink:
         # Raw-frame taps: only when something taps the link does it split frames a second time.
         self._taps: list[OnFrames] = []
         self._splitter = FrameSplitter()
+        # None: this link acts whenever asked (no ownership). Checked right before each write, with
+        # no await between the check and the write: the fence is a point in time (docs/ownership.md).
+        self.gate: Gate | None = None
 
     # -- raw frames (FrameTap) -------------------------------------------
     def tap_frames(self, handler: OnFrames) -> Callable[[], None]:
@@ -193,6 +215,10 @@ class MavlinkLink:
         t = self._transport
         if t is None or self.state is LinkState.DOWN:
             raise LinkError(str(self.endpoint), "link is down")
+        gate = self.gate
+        if gate is not None and not gate():  # a ground station's frames act: the owner's only
+            self.stats.refused_not_owner += 1
+            raise NotOwnerError(str(self.endpoint), "not the vehicle's owner (standby or fenced)")
         try:
             await t.send(data)
         except LinkError:
@@ -234,6 +260,10 @@ class MavlinkLink:
         t = self._transport
         if t is None or self.state is LinkState.DOWN:
             raise LinkError(str(self.endpoint), "link is down")
+        gate = self.gate
+        if gate is not None and not gate() and not passes_standby(msg):
+            self.stats.refused_not_owner += 1
+            raise NotOwnerError(str(self.endpoint), f"{msg.get_type()} not sent: not the vehicle's owner (standby or fenced)")
         try:
             await t.send(self.codec.encode(msg))
         except LinkError:

@@ -116,7 +116,9 @@ class LogList:
             return []
         entry = entry_of(msg)
         self.expected = entry.num_logs
-        if entry.num_logs > 0 and entry.log_id > 0:
+        # num_logs 0: ArduPilot's "no logs" (its one LOG_ENTRY has id 0). ArduPilot numbers logs from 1, PX4
+        # from 0 (mavlink_log_handler.cpp: the list file's line number), so id 0 is a log whenever there are logs.
+        if entry.num_logs > 0:
             self.entries[entry.log_id] = entry
         self.next_deadline = now + self.config.silence_s
         if len(self.entries) >= entry.num_logs:

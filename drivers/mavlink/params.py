@@ -57,6 +57,31 @@ class ParamTimeout(ParamError):
         self.attempts = attempts
 
 
+class ParamUnknown(ParamTimeout):
+    """The vehicle said it has no parameter `name` (PARAM_ERROR DOES_NOT_EXIST: PX4, ArduPilot 4.8), or sent
+    another PARAM_ERROR (`error` names it): final at once, nothing is resent.
+
+    A ParamTimeout's definite form: what took a silent vehicle's timeout for "unknown parameter" (the shadow)
+    keeps doing so, at once; what can tell them apart (commands) says which.
+    """
+
+    def __init__(self, name: str, error: int, attempts: int = 1) -> None:
+        what = _PARAM_ERRORS.get(error, f"error {error}")
+        reason = ("the vehicle has no such parameter" if error == PARAM_ERROR_DOES_NOT_EXIST
+                  else f"the vehicle refused it: {what}")
+        ParamError.__init__(self, name, f"{reason} (PARAM_ERROR {what})")
+        self.attempts = attempts
+        self.error = error
+
+
+PARAM_ERROR_DOES_NOT_EXIST = 1
+# MAV_PARAM_ERROR (common.xml; the dialect's copy stops at 5, PX4 sends up to 8).
+_PARAM_ERRORS: dict[int, str] = {
+    0: "NO_ERROR", 1: "DOES_NOT_EXIST", 2: "VALUE_OUT_OF_RANGE", 3: "PERMISSION_DENIED", 4: "COMPONENT_NOT_FOUND",
+    5: "READ_ONLY", 6: "TYPE_UNSUPPORTED", 7: "TYPE_MISMATCH", 8: "READ_FAIL",
+}
+
+
 class ParamMismatch(ParamError):
     """The vehicle kept reporting a value other than the one set (rejected or clamped)."""
 
@@ -231,6 +256,15 @@ class _ParamMachine:
     def _give_up(self) -> ParamError:
         return ParamTimeout(self.name, self.attempts)
 
+    def _refused(self, msg: MavMessage) -> bool:
+        """A PARAM_ERROR about this name from the vehicle (PX4 answers an unknown name so): the machine ends."""
+        if (msg.get_type() != "PARAM_ERROR" or msg.get_srcSystem() != self.target_system
+                or decode_param_id(msg.param_id) != self.name):
+            return False
+        self.error = ParamUnknown(self.name, int(msg.error), self.attempts)
+        self.next_deadline = None
+        return True
+
     def on_tick(self, now: float) -> list[MavMessage]:
         if self.done or self.next_deadline is None or now < self.next_deadline:
             return []
@@ -251,7 +285,7 @@ class ParamRead(_ParamMachine):
         )
 
     def on_message(self, msg: MavMessage, now: float) -> list[MavMessage]:
-        if self.done or not self._answers(msg):
+        if self.done or self._refused(msg) or not self._answers(msg):
             return []
         self.result = _param_value(msg, self.config.encoding)
         self.next_deadline = None
@@ -290,7 +324,7 @@ class ParamSet(_ParamMachine):
         return ParamTimeout(self.name, self.attempts)
 
     def on_message(self, msg: MavMessage, now: float) -> list[MavMessage]:
-        if self.done or not self._answers(msg):
+        if self.done or self._refused(msg) or not self._answers(msg):
             return []
         reported = _param_value(msg, self.config.encoding)
         self.last_reported = reported

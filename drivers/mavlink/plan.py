@@ -71,6 +71,7 @@ class Plan:
     fence: tuple[MissionItem, ...]
     rally: tuple[MissionItem, ...]
     home: tuple[float, float, float] | None  # lat_deg, lon_deg, alt_m (AMSL)
+    vehicle_type: int | None = None  # mission.vehicleType (MAV_TYPE), when the file says
 
     @property
     def mission_digest(self) -> str:
@@ -178,7 +179,9 @@ def plan_from_dict(doc: Any) -> Plan:
     rally_items: tuple[MissionItem, ...] = ()
     if root.get("rallyPoints") is not None:
         rally_items = _rally_items(_mapping(root["rallyPoints"], "rallyPoints"))
-    return Plan(mission=mission_items, fence=fence_items, rally=rally_items, home=home)
+    vtype = mission.get("vehicleType")
+    vehicle_type = vtype if isinstance(vtype, int) and not isinstance(vtype, bool) else None
+    return Plan(mission=mission_items, fence=fence_items, rally=rally_items, home=home, vehicle_type=vehicle_type)
 
 
 def _home_item(home: tuple[float, float, float] | None) -> MissionItem:
@@ -202,7 +205,10 @@ def _mission_items(raw_items: Sequence[Any], home: tuple[float, float, float] | 
         frame = _int(_require(obj, "frame", path), f"{path}.frame", 0, 255)
         if frame not in KNOWN_FRAMES:
             raise PlanError(f"{path}.frame", f"unknown MAV_FRAME {frame}")
-        params_raw = _list(_require(obj, "params", path), f"{path}.params")
+        params_raw = list(_list(_require(obj, "params", path), f"{path}.params"))
+        if "coordinate" in obj and len(params_raw) == 4:
+            # QGroundControl's older item form: params 1-4, then "coordinate": [lat, lon, alt] as params 5-7
+            params_raw += _point(obj["coordinate"], f"{path}.coordinate", 3)
         if len(params_raw) != 7:
             raise PlanError(f"{path}.params", f"expected 7 params, got {len(params_raw)}")
         p = [_number(v, f"{path}.params[{k}]", allow_null=True) for k, v in enumerate(params_raw)]

@@ -10,9 +10,10 @@ decision is made here. The Protocol, what the gateway may depend on, is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -20,7 +21,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mavjet.contract.errors import LinkError
-from mavjet.drivers.mavlink import runner, transfers
+from mavjet.drivers.mavlink import paramlist, runner, transfers
 from mavjet.drivers.mavlink.autopilot import (
     arm_params,
     autopilot_version_fields,
@@ -43,7 +44,7 @@ from mavjet.drivers.mavlink.logs import (
 )
 from mavjet.drivers.mavlink.mission import MISSION, MissionItem
 from mavjet.drivers.mavlink.modes import Flavour, ModeTable, UnknownMode
-from mavjet.drivers.mavlink.params import ParamValue, encoding_for
+from mavjet.drivers.mavlink.params import ParamTimeout, ParamUnknown, ParamValue, encoding_for
 from mavjet.drivers.mavlink.runner import DEFAULT_CONFIG, OnProgress, ProtocolConfig
 from mavjet.drivers.mavlink.session import FlightState, LinkHealth, Session
 from mavjet.drivers.mavlink.terrain import (
@@ -78,6 +79,7 @@ class VehicleSession:
         self._flight_state = flight_state
         self._transfer_lock = anyio.Lock()
         self._log_downloads = 0  # running download_log calls (log_download_active)
+        self._params = paramlist.ParamDirectory()  # ArduPilot's parameter names, fetched on a miss
 
     @property
     def transfer_lock(self) -> anyio.Lock:
@@ -271,12 +273,46 @@ class VehicleSession:
         return dataclasses.replace(cfg, params=dataclasses.replace(cfg.params, encoding=encoding))
 
     async def read_param(self, name: str, *, config: ProtocolConfig | None = None) -> ParamValue:
-        return await runner.read_param(self.link, name, config=self._param_cfg(config))
+        async with self._listed(name):
+            pv = await runner.read_param(self.link, name, config=self._param_cfg(config))
+        self._params.seen(pv.count)
+        return pv
 
     async def set_param(
         self, name: str, value: float, *, param_type: int | None = None, config: ProtocolConfig | None = None
     ) -> ParamValue:
-        return await runner.set_param(self.link, name, value, param_type=param_type, config=self._param_cfg(config))
+        async with self._listed(name):
+            pv = await runner.set_param(self.link, name, value, param_type=param_type, config=self._param_cfg(config))
+        self._params.seen(pv.count)
+        return pv
+
+    @contextlib.asynccontextmanager
+    async def _listed(self, name: str) -> AsyncIterator[None]:
+        """ArduPilot up to 4.7 does not answer an unknown name (PX4 and ArduPilot 4.8 send PARAM_ERROR, which the
+        machines end on): a name its fresh parameter list lacks fails at once (ParamNotListed); a read that timed
+        out fetches the list (once per connection, again when stale) and says so when the name is not in it."""
+        if self.flavour is not Flavour.ARDUPILOT:
+            yield
+            return
+        known = self._params.lacks(name, self.connects)
+        if known is not None:
+            raise known
+        try:
+            yield
+        except ParamUnknown:
+            raise
+        except ParamTimeout:
+            async with self._params.lock:
+                if not self._params.fresh(self.connects):
+                    connection = self.connects
+                    listed = await paramlist.fetch_names(self.link, runner.target_system_of(self.link),
+                                                         self.target_component)
+                    if listed is not None:
+                        self._params.store(*listed, connection)
+            known = self._params.lacks(name, self.connects)
+            if known is not None:
+                raise known from None
+            raise
 
     # -- missions (one transfer at a time: the session's lock) ----------------
     async def upload_mission(
@@ -376,21 +412,29 @@ class VehicleSession:
         is where a later call resumes; everything before it reached `sink`.
         """
         sysid, compid = runner.target_system_of(self.link), self.target_component
+        probe = dataclasses.replace(config, max_attempts=1)
         self._log_downloads += 1
         try:
-            while offset < size_bytes:
-                window = LogWindow(log_id=log_id, offset=offset, count=min(config.window_bytes, size_bytes - offset),
-                                   target_system=sysid, target_component=compid, config=config)
+            while True:
+                # Past `size_bytes`, one more window asks whether the file grew since it was listed: ArduPilot
+                # closes the log being written at the first LOG_REQUEST_DATA and flushes what it buffered, so
+                # the file can end up longer than its LOG_ENTRY (a short or empty LOG_DATA ends it at once).
+                probing = offset >= size_bytes
+                window = LogWindow(log_id=log_id, offset=offset,
+                                   count=config.window_bytes if probing else min(config.window_bytes, size_bytes - offset),
+                                   target_system=sysid, target_component=compid, config=probe if probing else config)
                 async with self._transfer_lock, self.link.listen(_LOG_BUFFER) as rx:
                     await runner.drive(self.link, window, rx)
                 data = window.contiguous()
                 if data:
                     await sink(offset, data)  # may wait (a download paused while armed): outside the lock
                     offset += len(data)
+                if probing and (not data or window.error is not None):
+                    break  # nothing more (no answer to the probe is no more either)
                 if window.error is not None:
                     raise window.error
                 if window.eof_offset is not None and offset >= window.eof_offset:
-                    break  # shorter than its LOG_ENTRY said
+                    break  # the file's end (shorter than its LOG_ENTRY said, or where it grew to)
         finally:
             self._log_downloads -= 1
             if self.link.is_up:

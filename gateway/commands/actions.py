@@ -10,10 +10,11 @@ final.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -27,15 +28,23 @@ from mavjet.drivers.mavlink.command import CommandResult as MavCommandResult
 from mavjet.drivers.mavlink.command import mav_result_name
 from mavjet.drivers.mavlink.dialect import mavlink2
 from mavjet.drivers.mavlink.logs import LogError
-from mavjet.drivers.mavlink.mission import FENCE, RALLY, MissionRejected, MissionTimeout
+from mavjet.drivers.mavlink.mission import (
+    FENCE,
+    MISSION,
+    RALLY,
+    MissionItem,
+    MissionRejected,
+    MissionTimeout,
+)
 from mavjet.drivers.mavlink.modes import ModeTable, UnknownMode
-from mavjet.drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout
-from mavjet.drivers.mavlink.plan import PlanError
+from mavjet.drivers.mavlink.params import ParamError, ParamMismatch, ParamTimeout, ParamUnknown
+from mavjet.drivers.mavlink.plan import PlanError, plan_to_dict
+from mavjet.drivers.mavlink.plancheck import check_plan, describe, refusals, warnings
 from mavjet.drivers.mavlink.terrain import terrain_points, terrain_refusals
 from mavjet.drivers.mavlink.transfers import MissionMismatch
 from mavjet.gateway.commands.logs import started_data
-from mavjet.gateway.services import NatsAccess, VehicleHandle
-from mavjet.gateway.stores.blobs import fetch_plan
+from mavjet.gateway.services import NatsAccess, TelemetryView, VehicleHandle
+from mavjet.gateway.stores.blobs import fetch_plan, put_blob
 from mavjet.gateway.stores.chunks import BlobError, BlobFailure
 from mavjet.gateway.twin.telemetry import Event
 
@@ -87,6 +96,35 @@ class MavAction:
     params: tuple[float, ...] = ()
     use_int: bool = False
     frame: int | None = None
+    # param7 is a height above home, to be placed in the vehicle's flavour before sending (`place_altitude`).
+    above_home: bool = False
+
+
+def home_amsl_m(telemetry: TelemetryView) -> float | None:
+    """The vehicle's home altitude above mean sea level, or None while not known: HOME_POSITION's, else what
+    GLOBAL_POSITION_INT implies (alt AMSL - relative_alt, which both autopilots measure from home)."""
+    home = (telemetry.channels.get("status") or {}).get("home")
+    alt = home.get("alt_msl_m") if isinstance(home, dict) else None
+    if isinstance(alt, int | float):
+        return float(alt)
+    pos = telemetry.channels.get("position") or {}
+    amsl, rel = pos.get("alt_msl_m"), pos.get("alt_m")
+    if isinstance(amsl, int | float) and isinstance(rel, int | float):
+        return float(amsl) - float(rel)
+    return None
+
+
+def place_altitude(action: MavAction, telemetry: TelemetryView) -> MavAction | None:
+    """`action` with its height above home turned into what the vehicle's flavour reads
+    (`autopilot.command_altitude`), or None when that needs a home position not known yet."""
+    if not action.above_home:
+        return action
+    placed = autopilot.command_altitude(telemetry.flavour, action.params[6], home_amsl_m(telemetry))
+    if placed is None:
+        return None
+    z, frame = placed
+    return replace(action, params=(*action.params[:6], z), frame=frame if action.use_int else action.frame,
+                   above_home=False)
 
 
 def set_mode_params(mode: str, modes: ModeTable | None) -> tuple[float, ...]:
@@ -141,7 +179,12 @@ class MavCommand:
     temporary_is_final: bool = False
 
     async def __call__(self, cmd: Command, ctx: ActionContext) -> Outcome:
-        action = self.build(cmd, ctx.vehicle.telemetry.modes)
+        placed = place_altitude(self.build(cmd, ctx.vehicle.telemetry.modes), ctx.vehicle.telemetry)
+        if placed is None:
+            return Outcome(result=CmdResult.REJECTED, detail=(
+                f"{cmd.name} refused: the vehicle's home position is not known yet (this autopilot takes the "
+                "altitude above mean sea level: home + alt_m)"))
+        action = placed
         with status_texts(ctx.vehicle) as seen:
             outcome = await ctx.vehicle.session.command(
                 action.command, action.params, use_int=action.use_int, frame=action.frame
@@ -199,6 +242,30 @@ async def mission_clear(cmd: Command, ctx: ActionContext) -> Outcome:
     return Outcome(result=CmdResult.ACCEPTED, detail="mission cleared", attempts=1)
 
 
+async def mission_download(cmd: Command, ctx: ActionContext) -> Outcome:
+    """What the vehicle holds (mission, fence, rally), as a `.plan` in TWIN_BLOBS: `readback/<vid>/<UTC>.plan`."""
+    session, vid = ctx.vehicle.session, ctx.vehicle.vid
+    mission = await session.download_mission(MISSION)
+    lists: dict[int, list[MissionItem]] = {}
+    for kind in (FENCE, RALLY):
+        try:
+            lists[kind] = await session.download_mission(kind)
+        except (MissionRejected, MissionTimeout):  # an autopilot without fences or rally points
+            lists[kind] = []
+    doc = json.dumps(plan_to_dict(mission, lists[FENCE], lists[RALLY]), indent=2).encode()
+    js = ctx.nats.js
+    if js is None:
+        return Outcome(result=CmdResult.TIMEOUT, detail="NATS not connected: cannot store the plan", retry=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name = f"readback/{vid}/{stamp}.plan"
+    await put_blob(js, doc, alias=name)
+    count = len(mission)  # home (seq 0) included, as mission_upload counts
+    return Outcome(result=CmdResult.ACCEPTED, detail=f"{count} items, {len(lists[FENCE])} fence, "
+                   f"{len(lists[RALLY])} rally -> {name}", attempts=1,
+                   extra={"object": name, "count": count, "fence_count": len(lists[FENCE]),
+                          "rally_count": len(lists[RALLY])})
+
+
 async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
     obj_name = str(cmd.params["object"])
     try:
@@ -211,6 +278,12 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
         return Outcome(result=CmdResult.TIMEOUT, detail=f"reading {obj_name!r}: {exc.error}: {exc.detail}", retry=True)
     except PlanError as exc:
         return Outcome(result=CmdResult.INVALID, detail=f"mission_upload: {obj_name}: {exc}")
+    # The plan checks `mavjet mission put` made (docs/missions.md): a refusal sends nothing, warnings go on.
+    findings = check_plan(plan, vehicle_class=ctx.vehicle.telemetry.vehicle_class)
+    if refusing := refusals(findings):
+        return Outcome(result=CmdResult.INVALID, detail=f"mission_upload: {obj_name} refused: {describe(refusing)}",
+                       extra={"findings": [f.as_dict() for f in findings]})
+    warned = [str(f) for f in warnings(findings)]
     session = ctx.vehicle.session
     points = terrain_points(plan.mission)
     if points:  # the vehicle alone can say whether it holds terrain data there
@@ -234,8 +307,8 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
     enable = bool(plan.fence) and cmd.params.get("enable_fence", True) is not False
     uploaded["fence_enabled"] = await fence_switch(ctx, enable=enable)
     ctx.vehicle.emit(EventType.MISSION_UPLOADED, object=obj_name, **uploaded)
-    return Outcome(result=CmdResult.ACCEPTED, detail=f"{', '.join(parts)}, read back and verified", attempts=1,
-                   extra=uploaded)
+    detail = f"{', '.join(parts)}, read back and verified" + "".join(f"; warning: {w}" for w in warned)
+    return Outcome(result=CmdResult.ACCEPTED, detail=detail, attempts=1, extra={**uploaded, "warnings": warned})
 
 
 async def log_download(cmd: Command, ctx: ActionContext) -> Outcome:
@@ -288,6 +361,8 @@ async def run_action(action: Action, cmd: Command, ctx: ActionContext) -> Outcom
         return Outcome(result=CmdResult.TIMEOUT, detail=f"link dropped: {exc.reason}", retry=True)
     except ParamMismatch as exc:
         return Outcome(result=CmdResult.REJECTED, detail=str(exc), attempts=exc.attempts)
+    except ParamUnknown as exc:  # the vehicle said so (PX4's PARAM_ERROR), or its parameter list lacks the name
+        return Outcome(result=CmdResult.REJECTED, detail=str(exc), attempts=1)
     except ParamTimeout as exc:
         return no_answer(ctx, str(exc), exc.attempts)
     except ParamError as exc:

@@ -47,8 +47,9 @@ from mavjet.contract.subjects import CMD_STREAM, cmd_filter, command_consumer
 from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.gateway.commands.executor import CommandExecutor, keepalive_interval_s
 from mavjet.gateway.commands.keepalive import KeepAlives
-from mavjet.gateway.commands.ledger import Ledger
+from mavjet.gateway.commands.ledger import CommandLedger, Ledger
 from mavjet.gateway.commands.pull import PullOne
+from mavjet.gateway.commands.shared import SharedLedger
 from mavjet.gateway.config import CommandsConfig, GatewayConfig
 from mavjet.gateway.services import ServiceContext, VehicleHandle
 
@@ -124,7 +125,7 @@ class _Rebind(Exception):
 class VehicleCommands:
     """One vehicle's command loop: fetch(1), execute, ack; forever, surviving NATS outages."""
 
-    def __init__(self, vehicle: VehicleHandle, ledger: Ledger, ctx: ServiceContext, keepalives: KeepAlives, *,
+    def __init__(self, vehicle: VehicleHandle, ledger: CommandLedger, ctx: ServiceContext, keepalives: KeepAlives, *,
                  api_limiter: anyio.CapacityLimiter | None = None) -> None:
         self.vid = vehicle.vid
         self.api = api_limiter or anyio.CapacityLimiter(API_CONCURRENCY)
@@ -135,13 +136,21 @@ class VehicleCommands:
             keepalives=keepalives, foreground=ctx.foreground,
         )
         self.binds = 0
+        self.idle = anyio.Event()  # set while no delivery is in hand (`CommandService.drain` waits for it)
+        self.idle.set()
+        self.draining = False  # take nothing new (a stop handing the vehicle over)
         self.stale_rebinds = 0
         self.dispositions: dict[str, int] = {}
 
     async def run(self) -> None:
         backoff = Backoff(initial_s=0.2, max_s=5.0)
+        ownership = self.ctx.ownership
         while True:
             sub: Any = None
+            # Only the owner pulls: a standby waits here, its link open, until it owns the vehicle.
+            await ownership.wait_until(self.vid, owner=True)
+            if self.draining:
+                await anyio.sleep_forever()
             try:
                 nc, js = await self.ctx.jetstream()
                 async with self.api:
@@ -171,20 +180,34 @@ class VehicleCommands:
         # The first check at a random point of the period, so a fleet that bound together does not ask together.
         next_check = time.monotonic() + random.uniform(0.5, 1.0) * max(timeout, STALE_CHECK_S)
         pull = PullOne(sub)
+        may_act = self.ctx.ownership.may_act
         while True:
+            if not may_act(self.vid):
+                # Unsubscribed on the way out, so the server drops this gateway's waiting pull requests.
+                raise _Rebind("not the vehicle's owner any more: pulling stops")
             if nc.stats["reconnects"] != reconnects:
                 raise _Rebind("NATS reconnected")
             if not nc.is_connected:
                 await anyio.sleep(0.1)
                 continue
+            if self.draining:
+                raise _Rebind("stopping: no new commands")
             msg = await pull.next(timeout)
+            if msg is not None and self.draining:
+                done = await self.executor.hand_back(msg, "the gateway is stopping")
+                self.dispositions[done] = self.dispositions.get(done, 0) + 1
+                continue
             if msg is None:
                 # A request the server never ended is a sign of a stale subscription: check at once.
                 if not pull.answered or time.monotonic() >= next_check:
                     next_check = time.monotonic() + max(timeout, STALE_CHECK_S)
                     await self._check_stale(js)
                 continue
-            done = await self.executor.handle(msg)
+            self.idle = anyio.Event()
+            try:
+                done = await self.executor.handle(msg)
+            finally:
+                self.idle.set()
             self.dispositions[done] = self.dispositions.get(done, 0) + 1
 
     async def _check_stale(self, js: JetStreamContext) -> None:
@@ -205,6 +228,7 @@ class CommandService:
     def __init__(self) -> None:
         self.loops: dict[str, VehicleCommands] = {}
         self.ledger: Ledger | None = None
+        self.shared: SharedLedger | None = None
         self.started = anyio.Event()
 
     async def run(self, ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -215,9 +239,17 @@ class CommandService:
             await ledger.open()  # off the event loop: opening prunes and indexes the file
             api = anyio.CapacityLimiter(API_CONCURRENCY)
             keepalives = KeepAlives(keepalive_interval_s(cfg.commands))
+            used: CommandLedger = ledger
+            shared: SharedLedger | None = None
+            if ctx.leases is not None:  # ownership: the rows also where the vehicle's next owner reads them
+                used = shared = SharedLedger(ledger, ctx.leases, env=cfg.env, holder=ctx.holder,
+                                             token=ctx.ownership.token)
+            self.shared = shared
             for vehicle in ctx.vehicles.values():
-                self.loops[vehicle.vid] = VehicleCommands(vehicle, ledger, ctx, keepalives, api_limiter=api)
+                self.loops[vehicle.vid] = VehicleCommands(vehicle, used, ctx, keepalives, api_limiter=api)
             async with anyio.create_task_group() as tg:
+                if shared is not None:
+                    tg.start_soon(shared.run, name="gateway.commands.shared_outcomes")
                 tg.start_soon(keepalives.run, name="gateway.commands.in_progress")
                 for vid, loop in self.loops.items():
                     tg.start_soon(loop.run, name=f"vehicle[{vid}].commands")
@@ -225,7 +257,16 @@ class CommandService:
                 self.started.set()
                 task_status.started()
         finally:
+            if self.shared is not None:
+                self.shared.close()
             ledger.close()
+
+    async def drain(self) -> None:
+        """Take no new command; return once none is in hand (a stop with ownership: gateway/daemon.py)."""
+        for loop in self.loops.values():
+            loop.draining = True
+        for loop in self.loops.values():
+            await loop.idle.wait()
 
     async def _prune(self, ledger: Ledger) -> None:
         while True:

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import TypeVar
 
+import anyio
 import structlog
 from nats.aio.msg import Msg
 
@@ -55,8 +56,9 @@ from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_subject
 from mavjet.gateway.commands.actions import ActionContext, Outcome, run_action
 from mavjet.gateway.commands.keepalive import KeepAlives
-from mavjet.gateway.commands.ledger import Ledger, LedgerEntry, in_flight_entry
+from mavjet.gateway.commands.ledger import CommandLedger, LedgerEntry, in_flight_entry
 from mavjet.gateway.commands.recovery import CONFIRMED_DETAIL, RecoveryVerdict
+from mavjet.gateway.commands.shared import LedgerUnavailable
 from mavjet.gateway.commands.spec import CommandDef, decode
 from mavjet.gateway.config import CommandsConfig
 from mavjet.gateway.runtime.metrics import GatewayMetrics
@@ -68,6 +70,11 @@ log = structlog.get_logger("mavjet.commands")
 T = TypeVar("T")
 
 
+MAX_VEHICLE_TEXTS = 8  # status texts kept in one result
+TEXT_GRACE_S = 0.1  # a refusal waits this long for its reason's text
+TEXT_MAX_SEVERITY = 4  # MAV_SEVERITY_WARNING: "Mode change to AUTO failed: no mission", "PreArm: ...", CRITICAL ...
+
+
 class Disposition(StrEnum):
     """What the executor did with one delivery (counted per vehicle in `VehicleCommands.dispositions`)."""
 
@@ -75,6 +82,9 @@ class Disposition(StrEnum):
     NAK = "nak"  # not finished (link down, temporarily rejected): redelivered after nak_delay_s
     TERM = "term"  # finished, not accepted: terminated, never redelivered
     DUPLICATE = "duplicate"  # already in the ledger: acked without executing again
+    # Not the vehicle's owner (a standby, or fenced mid-command): handed back at once without a result,
+    # its in-flight rows kept, so the owner recovers it by the in-flight rules (docs/ownership.md).
+    HANDED_BACK = "handed_back"
 
 
 def keepalive_interval_s(cfg: CommandsConfig) -> float:
@@ -93,7 +103,7 @@ class CommandExecutor:
     def __init__(
         self,
         vehicle: VehicleHandle,
-        ledger: Ledger,
+        ledger: CommandLedger,
         *,
         nats: NatsAccess,
         metrics: GatewayMetrics,
@@ -115,13 +125,52 @@ class CommandExecutor:
         self.handled = 0
         self.duplicates = 0
         self.recovered = 0  # deliveries that found the command in flight (a gateway stopped mid-command)
+        self.handed_back = 0  # deliveries given back because this gateway was not (or stopped being) the owner
         self._received_s = time.monotonic()  # this delivery's arrival, for mavjet_command_duration_seconds
+        # What the autopilot said (STATUSTEXT) while this vehicle's command ran: its own words go into the
+        # result (`vehicle_text`), e.g. "Auto: Missing Takeoff Cmd" beside a FAILED mission_start.
+        self._texts: list[str] | None = None
+        vehicle.subscribe(self._on_event)
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: Msg) -> Disposition:
         """Process one delivery; returns what was done with it."""
+        if not self.vehicle.may_act():  # a pull answered just after this gateway lost the vehicle
+            return await self._hand_back(msg, "not the vehicle's owner")
         with self.foreground.running():  # state yields to it meanwhile
-            return await self._handle(msg)
+            try:
+                return await self._handle(msg)
+            except _NotOwner as exc:
+                return await self._hand_back(msg, str(exc))
+            except LedgerUnavailable as exc:
+                # Without the shared rows the command cannot be made safe across gateways: later.
+                log.warning("command_ledger_unavailable", vehicle=self.vid, error=str(exc),
+                            delay_s=self.cfg.nak_delay_s)
+                await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
+                return Disposition.NAK
+
+    async def hand_back(self, msg: Msg, why: str) -> Disposition:
+        return await self._hand_back(msg, why)
+
+    def _on_event(self, ev: Event) -> None:
+        texts = self._texts
+        if texts is not None and ev.type == EventType.STATUSTEXT and len(texts) < MAX_VEHICLE_TEXTS:
+            text, severity = ev.data.get("text"), ev.data.get("severity")
+            # Warnings and worse: why a command was refused or failed, not the boot chatter of INFO lines.
+            if isinstance(text, str) and text and isinstance(severity, int) and severity <= TEXT_MAX_SEVERITY:
+                texts.append(text)
+
+    async def _hand_back(self, msg: Msg, why: str) -> Disposition:
+        """Give the delivery back at once, nothing written: whoever owns the vehicle settles it."""
+        self.handed_back += 1
+        log.warning("command_handed_back", vehicle=self.vid, reason=why)
+        await _quietly(msg.nak())
+        return Disposition.HANDED_BACK
+
+    def _check_owner(self, where: str) -> None:
+        """Raise `_NotOwner` unless this gateway may act for the vehicle now."""
+        if not self.vehicle.may_act():
+            raise _NotOwner(f"not the vehicle's owner {where}")
 
     async def _handle(self, msg: Msg) -> Disposition:
         self.handled += 1
@@ -140,7 +189,7 @@ class CommandExecutor:
                 log.error("command_decode_bug", vehicle=self.vid, cmd_id=exc.cmd_id, reason=exc.reason,
                           exc_info=exc.__cause__)
             cmd_id = exc.cmd_id or fallback_id
-            prior = await self.ledger.lookup(self.vid, cmd_id)
+            prior = await self.ledger.lookup(self.vid, cmd_id, redelivered=delivered > 1)
             if prior is not None and not prior.in_flight:
                 await self._already_done(msg, prior)
                 return Disposition.DUPLICATE
@@ -151,7 +200,7 @@ class CommandExecutor:
         # Issued to delivered: the time before the gateway (see gateway/runtime/metrics.py), by the issuer's clock.
         queued_s = max(0.0, (received_ns - cmd.issued_ns) / 1e9)
         self.metrics.command_phase.labels(phase="queue").observe(queued_s)
-        prior = await self.ledger.lookup(self.vid, cmd.cmd_id)
+        prior = await self.ledger.lookup(self.vid, cmd.cmd_id, redelivered=delivered > 1)
         if prior is not None and not prior.in_flight:
             await self._already_done(msg, prior)
             return Disposition.DUPLICATE
@@ -198,8 +247,12 @@ class CommandExecutor:
                 return Disposition.TERM
             # The in-flight row, durable before anything is sent: a crash from here on is recovered, not re-sent.
             started_ns, t0 = time.time_ns(), time.monotonic()
+            self._check_owner("before the first transmission")
+            self._texts = []
             if not await self.ledger.record(in_flight_entry(self.vid, cmd.cmd_id, cmd.name, started_ns)):
-                stored = await self.ledger.lookup(self.vid, cmd.cmd_id)  # another delivery finished it first
+                stored = await self.ledger.lookup(self.vid, cmd.cmd_id)  # another delivery got there first
+                if stored is not None and stored.in_flight:  # another gateway's, in flight: never re-sent blindly
+                    return await self._recover(msg, cmd, defn, stored, deadline_ns=deadline_ns, delivered=delivered)
                 if stored is not None:
                     await self._already_done(msg, stored)
                     return Disposition.DUPLICATE
@@ -208,7 +261,13 @@ class CommandExecutor:
             phase.labels(phase="ledger").observe(t1 - t0)
             out = await self._keeping_alive(msg, lambda ctx: run_action(defn.action, cmd, ctx))
             phase.labels(phase="vehicle").observe(time.monotonic() - t1)
+            if out.result is not CmdResult.ACCEPTED and out.mav_result is not None and not self._texts:
+                # An autopilot says why just before or after its refusal (ArduPilot sends the text,
+                # then the ACK): a moment for a text still in the link's buffers.
+                await anyio.sleep(TEXT_GRACE_S)
             if out.retry:
+                # Fenced while it ran: its rows stay in flight (the vehicle may have acted) for the owner's recovery.
+                self._check_owner("when the command ended")
                 # Not finished, and this process knows it: the redelivery runs it as usual.
                 await self.ledger.clear_in_flight(self.vid, cmd.cmd_id)
         return await self._settle(msg, cmd, out, delivered)
@@ -271,6 +330,7 @@ class CommandExecutor:
         log.info("command_duplicate", vehicle=self.vid, cmd_id=entry.cmd_id, result=entry.result,
                  spooled=entry.spooled)
         if not entry.spooled:  # the crash came between ledger and spool: the one result is still owed
+            self._check_owner("to publish its result")
             await self._spool(entry)
         await _quietly(msg.ack_sync(timeout=self.cfg.fetch_timeout_s))
 
@@ -295,6 +355,9 @@ class CommandExecutor:
                      delivered: int) -> None:
         now_ns = time.time_ns()
         latency_ms = 0.0 if issued_ns is None else (now_ns - issued_ns) / 1e6
+        texts, self._texts = self._texts, None
+        if texts:
+            out.extra = {**out.extra, "vehicle_text": texts}
         data = self.vehicle.telemetry.snapshot()
         data.update(
             result_data(
@@ -314,6 +377,10 @@ class CommandExecutor:
             stored = await self.ledger.lookup(self.vid, cmd_id)  # another delivery finished it first
             if stored is not None and not stored.in_flight:
                 entry = stored
+        # The outcome is known and written down (here and for the next owner); its result is an event,
+        # which only the owner publishes: fenced meanwhile, the delivery goes back and the owner's
+        # redelivery finds this row and publishes the result (`_already_done`), with the same msg id.
+        self._check_owner("at its result")
         if not entry.spooled:
             await self._hand_over(msg, entry)
         self.metrics.command_phase.labels(phase="result").observe(time.monotonic() - t0)
@@ -337,6 +404,10 @@ class CommandExecutor:
         """Run `work` (an action or a recovery read) while `in_progress` acks keep the message."""
         with self.keepalives.holding(lambda: _quietly(msg.in_progress())):
             return await work(ActionContext(vehicle=self.vehicle, nats=self.nats))
+
+
+class _NotOwner(Exception):
+    """This gateway may not act for the vehicle (any more): the delivery is handed back."""
 
 
 def _id_from_msg_id(msg_id: str | None, vid: str) -> str | None:

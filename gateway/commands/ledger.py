@@ -53,6 +53,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import msgpack
@@ -133,6 +134,21 @@ def in_flight_entry(vid: str, cmd_id: str, name: str, at_ns: int) -> LedgerEntry
     """The row written before a command's first transmission."""
     return LedgerEntry(cmd_id=cmd_id, vid=vid, name=name, result=IN_FLIGHT, subject="", msg_id="", payload=b"",
                        spooled=False, at_ns=at_ns)
+
+
+class CommandLedger(Protocol):
+    """What the executor uses of a ledger: this gateway's own (`Ledger`) or shared across gateways
+    (`mavjet.gateway.commands.shared.SharedLedger`, with ownership)."""
+
+    async def lookup(self, vid: str, cmd_id: str, *, redelivered: bool = True) -> LedgerEntry | None:
+        """The command's row; `redelivered=False` (a first delivery) may skip what only a redelivery can find."""
+
+    async def record(self, entry: LedgerEntry, *, durable: bool = True) -> bool:
+        """Write a row; the first final row for a key wins. True if this call wrote it."""
+
+    async def clear_in_flight(self, vid: str, cmd_id: str) -> None: ...
+
+    def mark_spooled(self, vid: str, cmd_id: str) -> None: ...
 
 
 class Ledger:
@@ -303,7 +319,7 @@ class Ledger:
         """Open the file, create the table, prune and index the ids, all on the worker thread."""
         await self._worker.open()
 
-    async def lookup(self, vid: str, cmd_id: str) -> LedgerEntry | None:
+    async def lookup(self, vid: str, cmd_id: str, *, redelivered: bool = True) -> LedgerEntry | None:
         key = (vid, cmd_id)
         ids = self._ids
         if ids is not None and key not in ids:

@@ -29,6 +29,7 @@ from mavjet.gateway.commands.actions import (
     MavCommand,
     log_download,
     mission_clear,
+    mission_download,
     mission_upload,
     param_get,
     param_set,
@@ -142,7 +143,9 @@ _DEFS = (
     CommandDef(
         wire=_W[_N.TAKEOFF], recovery=Recovery(observe=airborne, resend=False, rule="airborne: confirmed; on the ground: `unknown` (it may be spooling up), not re-sent"), flight_state=True, precondition=takeoff_failure,
         action=_mav(lambda c, m: MavAction(
-            command=mavlink2.MAV_CMD_NAV_TAKEOFF, params=(0.0, 0.0, 0.0, math.nan, math.nan, math.nan, c.params["alt_m"])
+            # alt_m above home: placed per flavour at send (actions.place_altitude; PX4 reads it AMSL)
+            command=mavlink2.MAV_CMD_NAV_TAKEOFF, params=(0.0, 0.0, 0.0, math.nan, math.nan, math.nan, c.params["alt_m"]),
+            above_home=True,
         ), _ARMING_REASONS, temporary_is_final=True),
     ),
     CommandDef(
@@ -160,17 +163,20 @@ _DEFS = (
         wire=_W[_N.GOTO], recovery=Recovery(observe=at_target, resend=False, rule="within 5 m (3 m vertically) of the target: confirmed; otherwise `unknown` (it may be on its way), not re-sent"), flight_state=True, precondition=goto_failure,
         action=_mav(lambda c, m: MavAction(
             command=mavlink2.MAV_CMD_DO_REPOSITION,
-            # speed default, change to GUIDED, no radius, keep yaw; x/y/z: the target
+            # speed default, change to GUIDED, no radius, keep yaw; x/y/z: the target, z above home (placed
+            # per flavour at send: PX4 reads z AMSL whatever the frame, actions.place_altitude)
             params=(-1.0, float(mavlink2.MAV_DO_REPOSITION_FLAGS_CHANGE_MODE), 0.0, math.nan,
                     c.params["lat_deg"], c.params["lon_deg"], c.params["alt_m"]),
             use_int=True,
             frame=mavlink2.MAV_FRAME_GLOBAL_RELATIVE_ALT_INT,
+            above_home=True,
         )),
     ),
     CommandDef(wire=_W[_N.PARAM_SET], recovery=Recovery(observe=param_has_value, resend=True, rule="the parameter is read: at the value, confirmed; otherwise set again"), action=param_set),
     CommandDef(wire=_W[_N.PARAM_GET], recovery=Recovery(observe=no_effect, resend=True, rule="a read: read again"), action=param_get),
     CommandDef(wire=_W[_N.MISSION_UPLOAD], recovery=Recovery(observe=mission_matches_plan, resend=True, rule="the lists are downloaded: digests match the plan, confirmed; otherwise uploaded again (an upload replaces the whole list)"), action=mission_upload),
     CommandDef(wire=_W[_N.MISSION_CLEAR], recovery=Recovery(observe=mission_empty, resend=True, rule="the mission is downloaded: empty, confirmed; otherwise cleared again"), action=mission_clear),
+    CommandDef(wire=_W[_N.MISSION_DOWNLOAD], recovery=Recovery(observe=no_effect, resend=True, rule="a read: read again"), action=mission_download),
     CommandDef(
         wire=_W[_N.MISSION_START], recovery=Recovery(observe=mode_contains_or_unknown("AUTO"), resend=False, rule="in AUTO: confirmed; otherwise `unknown` (starting again restarts the mission), not re-sent"), flight_state=True,
         action=_mav(lambda c, m: MavAction(command=mavlink2.MAV_CMD_MISSION_START, params=(0.0, 0.0))),

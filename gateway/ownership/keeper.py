@@ -48,9 +48,10 @@ from mavjet.gateway.ownership.lease import (
 )
 from mavjet.gateway.ownership.store import LeaseConflict, LeaseEntry, LeaseStore, LeaseUnavailable
 
-__all__ = ["GatewayIdentity", "LeaseKeeper", "Ownership", "OwnershipListener"]
+__all__ = ["AlwaysOwner", "GatewayIdentity", "LeaseKeeper", "Ownership", "OwnershipListener"]
 
 log = structlog.get_logger("mavjet.ownership")
+MISSING_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +84,9 @@ class Ownership(Protocol):
     def may_act(self, vid: str) -> bool:
         """True while this gateway owns `vid` and its fence deadline is ahead (ask right before acting)."""
 
+    def may_record(self, vid: str) -> bool:
+        """True while this gateway may record (spool, publish) what `vid` says: see `LeaseMachine.may_record`."""
+
     def token(self, vid: str) -> int | None:
         """The fencing token of this gateway's current term for `vid`, None when it may not act."""
 
@@ -102,6 +106,38 @@ class Ownership(Protocol):
 
     async def run(self, *, task_status: TaskStatus[None] = ...) -> None:
         """Keep the leases until cancelled."""
+
+
+class AlwaysOwner:
+    """`Ownership` without leases (`ownership = false`): one gateway certain to be alone acts for all."""
+
+    def may_act(self, vid: str) -> bool:
+        return True
+
+    def may_record(self, vid: str) -> bool:
+        return True
+
+    def token(self, vid: str) -> int | None:
+        return None
+
+    def holder(self, vid: str) -> str | None:
+        return None
+
+    def state(self, vid: str) -> LeaseState:
+        return LeaseState.OWNER
+
+    async def changed(self) -> None:
+        await anyio.sleep_forever()
+
+    async def wait_until(self, vid: str, *, owner: bool) -> None:
+        if not owner:
+            await anyio.sleep_forever()
+
+    async def release(self, *, timeout_s: float) -> None:
+        return None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
 
 
 class LeaseKeeper:
@@ -138,12 +174,18 @@ class LeaseKeeper:
         self.renew_latency_s: float | None = None  # the newest successful renew's round trip (metrics)
         self.takeovers = 0
         self.ops = 0
+        self._missing_logged = float("-inf")
+        self._failing_since: float | None = None  # lease operations failing since (any vehicle); None: fine
 
     # --- the seam -------------------------------------------------------------------------------
 
     def may_act(self, vid: str) -> bool:
         m = self._machines.get(vid)
         return m is not None and m.may_act(self.clock())
+
+    def may_record(self, vid: str) -> bool:
+        m = self._machines.get(vid)
+        return m is not None and m.may_record(self.clock())
 
     def token(self, vid: str) -> int | None:
         m = self._machines.get(vid)
@@ -161,6 +203,17 @@ class LeaseKeeper:
 
     async def changed(self) -> None:
         await self._changed.wait()
+
+    def heard_release(self, vid: str) -> None:
+        """A delete of `vid`'s lease was heard: standbys read now instead of at their next period."""
+        m = self._machines.get(vid)
+        if m is not None:
+            m.heard_release(self.clock())
+            self._kick.set()
+
+    @property
+    def vids(self) -> list[str]:
+        return list(self._machines)
 
     async def wait_until(self, vid: str, *, owner: bool) -> None:
         while self.may_act(vid) != owner:
@@ -253,6 +306,19 @@ class LeaseKeeper:
             self.renew_latency_s = now - op.sent_at
         if result.outcome is Outcome.FAILED:
             log.debug("lease_op_failed", vehicle=vid, op=str(op.intent), error=result.detail)
+            if self._failing_since is None:
+                self._failing_since = now
+            if now - self._failing_since >= self.timing.ttl_s and now - self._missing_logged >= MISSING_LOG_EVERY_S:
+                # Without the lease nothing is owned, so nothing acts: say it where people look, once a minute.
+                self._missing_logged = now
+                missing = "missing" in result.detail
+                emit = log.error if missing else log.warning
+                emit("lease_bucket_missing" if missing else "lease_unavailable", vehicle=vid, error=result.detail,
+                     hint="run `mavjet provision` for this env" if missing else
+                     "NATS unreachable, or a credential without the lease permissions (docs/security.md)",
+                     note="this gateway acts for no vehicle it cannot hold the lease of")
+        else:
+            self._failing_since = None
         m.on_result(now, result)
         self._publish_changes()
 

@@ -253,12 +253,29 @@ class LeaseMachine:
         self._pending: LeaseOp | None = None
         self._next_s = now
         self._changes: list[OwnershipChange] = []
+        self._answered = False  # any operation answered or failed: the owner is as known as it can be
 
     # --- what the daemon asks -------------------------------------------------------------------
 
     def may_act(self, now: float) -> bool:
         """True only for an owner whose fence deadline is still ahead at `now`."""
         return self._state is LeaseState.OWNER and now < self._deadline_s
+
+    def may_record(self, now: float) -> bool:
+        """Whether what the vehicle says may be recorded (spooled, published when it can be).
+
+        The owner, and a gateway that cannot know of another owner: a fenced owner
+        cut from NATS (the companion computer whose uplink dropped), or one that
+        never reached NATS. Not a gateway that knows another one owns the vehicle
+        (a standby, or an owner that lost it), nor one before its first answer.
+        Recording acts on nothing; only `may_act` allows acting.
+        """
+        if self.may_act(now):
+            return True
+        if not self._answered or self._state in (LeaseState.RELEASING, LeaseState.STOPPED):
+            return False
+        holder = self.holder
+        return holder is None or holder == self.me
 
     def state(self, now: float) -> LeaseState:
         """The state at `now` (an owner past its deadline is fenced even before the keeper runs)."""
@@ -328,6 +345,15 @@ class LeaseMachine:
         self._pending = op
         return op
 
+    def heard_release(self, now: float) -> None:
+        """The key was deleted (the owner released it, seen on the bucket's subject): a standby reads at once.
+
+        Only a hint, never a decision: the read that follows, and the create after
+        it, are what count, so a spurious or forged hint costs one read.
+        """
+        if self._state is LeaseState.STANDBY and self._pending is None:
+            self._next_s = min(self._next_s, now)
+
     def release(self, now: float) -> None:
         """Stop acting now; an owner deletes its lease (the keeper performs it), anyone else just stops."""
         self._fence_if_due(now)
@@ -342,6 +368,7 @@ class LeaseMachine:
         op, self._pending = self._pending, None
         if op is None:
             return
+        self._answered = True
         if op.intent is Intent.RELEASE:
             self._released(now, op, result)
         elif self._state is LeaseState.RELEASING:

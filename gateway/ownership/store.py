@@ -3,11 +3,12 @@
 Not nats-py's `KeyValue`, for three reasons: every operation here carries
 its own timeout (a renew must fail in well under a renew period, not after
 the JetStream context's default), binding a `KeyValue` costs a stream info
-request per (re)connect, and a get must be answered by the stream's leader,
-not by any replica (`allow_direct` is off for this bucket): a replica that
-lags would show an old revision. A stale read is still *safe* (every
+request per (re)connect, and a credential limited to its own vehicles needs
+a get whose subject names the key (a direct get; the leader's
+`STREAM.MSG.GET` names only the stream). A direct get may be answered by a
+replica that lags and shows an older revision: that is *safe* (every
 decision to act rests on a compare-and-set write, which only the leader with
-a quorum commits), it would only make a standby try a takeover that fails.
+a quorum commits); it can only make a standby try a takeover that fails.
 """
 
 from __future__ import annotations
@@ -93,7 +94,13 @@ class JetStreamLeaseStore:
     async def get(self, key: str) -> LeaseEntry:
         js = self._context(key)
         try:
-            msg = await js.get_msg(self.stream, subject=self._subject(key), direct=False)
+            try:
+                # The direct get names the key in its subject, so a credential can be limited to its
+                # own vehicles' leases (ops/auth.py); any replica may answer (see the module docstring).
+                msg = await js.get_msg(self.stream, subject=self._subject(key), direct=True)
+            except nats.errors.NoRespondersError:
+                # A bucket provisioned before direct gets were on: the leader's get, unfiltered.
+                msg = await js.get_msg(self.stream, subject=self._subject(key), direct=False)
         except nats.js.errors.NotFoundError as exc:
             if getattr(exc, "err_code", None) == 10059:  # stream not found
                 raise LeaseUnavailable(key, f"bucket {self.bucket} missing: run `mavjet provision`") from exc

@@ -169,6 +169,43 @@ class _SupersededCollector(Collector):
         yield fam
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnershipStatus:
+    """What /metrics shows of ownership at a scrape (gateway/ownership/service.py)."""
+
+    states: Mapping[str, str]  # vid -> this gateway's lease state (owner, standby, fenced, ...)
+    holders: Mapping[str, str | None]  # vid -> the owner as far as this gateway knows
+    takeovers: int
+    renew_latency_s: float | None
+    refused: Mapping[str, int]  # vid -> frames not sent to the vehicle for want of the lease
+
+
+class _OwnershipCollector(Collector):
+    def __init__(self, status: Callable[[], OwnershipStatus]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Any]:
+        st = self._status()
+        owner = GaugeMetricFamily("mavjet_vehicle_owner", "1 while this gateway owns the vehicle and may act for it",
+                                  labels=["vehicle"])
+        state = GaugeMetricFamily("mavjet_vehicle_lease_state", "This gateway's lease state per vehicle (1 = current)",
+                                  labels=["vehicle", "state", "holder"])
+        for vid, s in st.states.items():
+            owner.add_metric([vid], 1.0 if s == "owner" else 0.0)
+            state.add_metric([vid, s, st.holders.get(vid) or ""], 1.0)
+        takeovers = CounterMetricFamily("mavjet_lease_takeovers", "Leases this gateway took over from a stale owner")
+        takeovers.add_metric([], st.takeovers)
+        latency = GaugeMetricFamily("mavjet_lease_renew_latency_seconds", "The newest successful lease renew's round trip")
+        if st.renew_latency_s is not None:
+            latency.add_metric([], st.renew_latency_s)
+        refused = CounterMetricFamily("mavjet_actions_refused_not_owner",
+                                      "Frames not sent to the vehicle because this gateway was not its owner (standby or fenced)",
+                                      labels=["vehicle"])
+        for vid, n in st.refused.items():
+            refused.add_metric([vid], n)
+        yield from (owner, state, takeovers, latency, refused)
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         # No `<name>_created` series: they double the series count and no rule or panel reads them.
@@ -260,6 +297,10 @@ class GatewayMetrics:
     def watch_signing(self, rejected: Callable[[], Iterable[tuple[str, Mapping[str, int]]]]) -> None:
         """`rejected()` → (vid, {reason: frames dropped}) per vehicle; empty for links without a key."""
         self.registry.register(_SigningCollector(rejected))
+
+    def watch_ownership(self, status: Callable[[], OwnershipStatus]) -> None:
+        """`status()` → the lease state of every vehicle, read at scrape time."""
+        self.registry.register(_OwnershipCollector(status))
 
     def watch_routes(self, routes: Callable[[], Iterable[tuple[str, str, RouteStats]]]) -> None:
         """`routes()` → (vid, route, its counters) for every route and tunnel."""

@@ -188,6 +188,11 @@ class VehicleReconciler:
         )
 
     # -- the loop -------------------------------------------------------------------------
+    def became_owner(self) -> None:
+        """This gateway (again) owns the vehicle: learn what the previous owner did before acting."""
+        self._restored = False
+        self._report_due = True
+
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, name=f"vehicle[{self.vid}].shadow.watch")

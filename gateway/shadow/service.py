@@ -36,6 +36,18 @@ class ShadowService:
                                                       metrics=ctx.metrics)
         async with anyio.create_task_group() as tg:
             for vid, rec in self.reconcilers.items():
-                tg.start_soon(rec.run, name=f"vehicle[{vid}].shadow")
+                tg.start_soon(self._while_owner, ctx, vid, rec, name=f"vehicle[{vid}].shadow")
             self.started.set()
             task_status.started()
+
+    @staticmethod
+    async def _while_owner(ctx: ServiceContext, vid: str, rec: VehicleReconciler) -> None:
+        """Reconcile (and write `reported`) only while this gateway owns the vehicle (docs/ownership.md)."""
+        ownership = ctx.ownership
+        while True:
+            await ownership.wait_until(vid, owner=True)
+            rec.became_owner()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rec.run, name=f"vehicle[{vid}].shadow.reconcile")
+                await ownership.wait_until(vid, owner=False)
+                tg.cancel_scope.cancel()

@@ -43,7 +43,7 @@ from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.gateway.config import GatewayConfig
 from mavjet.gateway.publish.spool import Spool
 from mavjet.gateway.publish.spooldrain import drain_spool
-from mavjet.gateway.services import ServiceContext, TelemetryView
+from mavjet.gateway.services import ServiceContext, TelemetryView, VehicleHandle
 from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.recorder")
@@ -79,17 +79,18 @@ class TrackRecorder:
         self._last_ns[vid] = time_ns
         self.samples += 1
 
-    def _on_event(self, vid: str, tv: TelemetryView, ev: Event) -> None:
+    def _on_event(self, vid: str, handle: VehicleHandle, ev: Event) -> None:
         """`armed` flipped: a sample now, at the event's time, so the track spans the flight exactly."""
-        if ev.type in (EventType.ARMED, EventType.DISARMED) and ev.time_ns > self._last_ns.get(vid, 0):
-            self._sample(vid, tv, ev.time_ns, armed=ev.type == EventType.ARMED)
+        if ev.type in (EventType.ARMED, EventType.DISARMED) and ev.time_ns > self._last_ns.get(vid, 0) \
+                and handle.may_record():
+            self._sample(vid, handle.telemetry, ev.time_ns, armed=ev.type == EventType.ARMED)
 
     def tick(self, ctx: ServiceContext) -> None:
         """One sample per armed vehicle with a position newer than its last sample."""
         for vid, handle in ctx.vehicles.items():
             try:
                 tv = handle.telemetry
-                if not tv.armed:
+                if not tv.armed or not handle.may_record():  # a standby records nothing: the owner does
                     continue
                 t = tv.sample_ns.get("position")
                 if t is not None and t > self._last_ns.get(vid, 0):
@@ -143,7 +144,7 @@ class TrackRecorder:
         await self.spool.open()
         if self.spool.depth:
             self._wrote.set()  # what an earlier run left goes out first
-        unsubscribe = [h.subscribe(partial(self._on_event, vid, h.telemetry)) for vid, h in ctx.vehicles.items()]
+        unsubscribe = [h.subscribe(partial(self._on_event, vid, h)) for vid, h in ctx.vehicles.items()]
         log.info("track_recorder_started", track_hz=self.cfg.track_hz, vehicles=len(ctx.vehicles),
                  spooled=self.spool.depth)
         try:

@@ -22,7 +22,7 @@ every event, as the telemetry model's state is never affected by the budget.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -34,6 +34,7 @@ from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_subject, state_subject
 from mavjet.drivers.mavlink.backoff import Backoff
 from mavjet.drivers.mavlink.dialect import MavMessage, mavlink2
+from mavjet.drivers.mavlink.duallink import DualTransport
 from mavjet.drivers.mavlink.link import LinkState, MavlinkLink
 from mavjet.drivers.mavlink.signing import read_key_file
 from mavjet.drivers.mavlink.transport import Transport
@@ -66,12 +67,15 @@ class VehicleTwin:
         self.metrics = metrics
         self.model = TelemetryModel(vid=vcfg.vid)
         self._packer = EnvelopePacker(vcfg.vid)
-        factory = None
+        self._vcfg = vcfg
+        self._hub = hub
+        self.dual: DualTransport | None = None  # with a backup endpoint: the two links behind this one
+        # A shared udp port's vehicle reads through its hub; one with a backup through both links.
+        factory: Callable[[], Awaitable[Transport]] | None = None
         if hub is not None and vcfg.sysid is not None:
-            sysid = vcfg.sysid
-
-            async def factory() -> Transport:
-                return hub.port_for(sysid)
+            factory = self._hub_factory
+        elif vcfg.backup is not None:
+            factory = self._dual_factory
 
         self.link = MavlinkLink(
             name=vcfg.vid, endpoint=vcfg.endpoint, config=cfg.link,
@@ -109,6 +113,28 @@ class VehicleTwin:
         self._last_link_pub_mono = time.monotonic()
         self._error_logged: dict[str, float] = {}
         self.closing = False  # set at shutdown: our own disconnect is not a lost link
+        # Whether this gateway may act for (and publish as) the vehicle now: its owner, not fenced
+        # (gateway/ownership; the daemon sets it, and the link's gate, when ownership is on). A
+        # standby decodes everything, so it can take over at once, and publishes nothing.
+        self.acting: Callable[[], bool] = _always
+        # Whether what the vehicle says is recorded (state and events published or spooled): the owner's
+        # job, and that of a gateway that cannot know of another owner (its uplink down); not a standby's.
+        self.recording: Callable[[], bool] = _always
+        self.announce_on_start = True  # gateway_started at run(); with ownership, when the lease is won
+        # With ownership: this gateway's identity and term for the link record (who publishes is the owner).
+        self.lease_info: Callable[[], dict[str, Any]] | None = None
+
+    async def _hub_factory(self) -> Transport:
+        hub, sysid = self._hub, self._vcfg.sysid
+        assert hub is not None and sysid is not None
+        return hub.port_for(sysid)
+
+    async def _dual_factory(self) -> Transport:
+        """The link's transport with a backup endpoint: both links as one (drivers/mavlink/duallink.py)."""
+        backup = self._vcfg.backup
+        assert backup is not None
+        self.dual = DualTransport(self._vcfg.endpoint, backup, connect_timeout_s=self.cfg.link.connect_timeout_s)
+        return self.dual
 
     # -- hot path ----------------------------------------------------------
     def on_messages(self, msgs: list[MavMessage], link_recv_ns: int) -> None:
@@ -124,6 +150,8 @@ class VehicleTwin:
             self._armed_rule = model.armed is True
             self.link.codec.newest_only = _NEWEST_ONLY_ARMED if self._armed_rule else _NEWEST_ONLY_IDLE
         updated = model.updated
+        if updated and not self.recording():
+            updated.clear()  # a standby: decoded, not published
         if updated:
             # Each new sample is packed now, while its dict is in the CPU's cache: at the
             # publish tick, after a thousand other vehicles' batches, the same pack took
@@ -179,6 +207,12 @@ class VehicleTwin:
     def subscribe(self, handler: EventHandler) -> Callable[[], None]:
         return self.events.subscribe(handler)
 
+    def may_act(self) -> bool:
+        return self.acting()
+
+    def may_record(self) -> bool:
+        return self.recording()
+
     def report_error(self, where: str) -> None:
         """Count an error and log it with its traceback, at most every 10 s per vehicle and place."""
         self.metrics.errors.labels(where=where).inc()
@@ -197,6 +231,8 @@ class VehicleTwin:
         """
         if ev.internal:
             pass
+        elif enqueue and not self.recording():
+            pass  # a standby's view of the vehicle: the owner publishes it
         elif enqueue and not self.budget.admit(ev.type, ev.time_ns):
             self.metrics.events_suppressed.labels(type=ev.type).inc()
         else:
@@ -269,6 +305,10 @@ class VehicleTwin:
             # Readers take the gateway as gone when this record is much older
             # than its period (docs/commands.md, Staleness).
             "period_s": self._link_period_s,
+            **(self.lease_info() if self.lease_info is not None else {}),
+            # Two links (`--backup`): which one carries the vehicle now, and where it goes.
+            **({"active_link": str(self.dual.active), "active_endpoint": str(self.dual.active_endpoint)}
+               if self.dual is not None else {}),
         }
 
     def collect_due(self, now_ns: int, out: list[StateSample]) -> bool:
@@ -281,6 +321,9 @@ class VehicleTwin:
         if now_ns < self._next_due_ns:
             return True
         fresh = self.fresh
+        if not self.recording():
+            fresh.clear()
+            return False
         next_due = 1 << 62
         taken = 0
         for chan in list(fresh):
@@ -311,12 +354,16 @@ class VehicleTwin:
             self.flush_repeats(now_ns)
         if self.budget.holding:
             self.flush_suppressed(now_ns)
-        if self._link_subject is not None:
+        if self._link_subject is not None and self.recording():
             out.append((self._link_subject, self._packer.pack(now_ns, self.link_channel()), now_ns))
+
+    def announce_started(self) -> None:
+        self.emit(EventType.GATEWAY_STARTED, gateway=self.cfg.instance, version=_version())
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Supervise the link: a bug that escapes it restarts this vehicle only, after a backoff."""
-        self.emit(EventType.GATEWAY_STARTED, gateway=self.cfg.instance, version=_version())
+        if self.announce_on_start:
+            self.announce_started()
         backoff = Backoff(initial_s=self.cfg.link.backoff_initial_s, max_s=self.cfg.link.backoff_max_s)
         task_status.started()  # readiness is the daemon's wait on link.wait_ready()
         while True:
@@ -371,6 +418,10 @@ def collect_fleet_links(twins: list[VehicleTwin], due: list[int], start: int, *,
         if i % STEP_CHECK_EVERY == 0 and time.perf_counter() >= end_s:
             break
     return i
+
+
+def _always() -> bool:
+    return True
 
 
 def _version() -> str:

@@ -13,6 +13,8 @@ import pytest
 from mavjet.analytics import fleet, jobs
 from mavjet.analytics.columns import SCHEMA_DDL
 from mavjet.analytics.synth import Truth, generate
+from mavjet.contract.commands import CommandName
+from mavjet.contract.events import EventType
 from mavjet.contract.units import haversine_m
 from tests.analytics.support import History, read
 from tests.analytics.test_jobs import _ns, _pct
@@ -174,3 +176,39 @@ def test_flight_samples_merge_a_track_stream(spark: Any) -> None:
     assert [r["source"] for r in rows] == ["event", "track", "event", "track", "event"]
     assert {r["flight_no"] for r in rows} == {1}
     assert len(fleet.flight_samples(ev).collect()) == 3
+
+
+def test_an_effect_belongs_to_the_commands_arm_session(spark: Any) -> None:
+    """A `land` accepted on the ground is not effected by a later flight's landing (the report's "land 123,236 ms");
+    an arm's effect opens the next session, whether its answer came before or after the `armed` event."""
+    t0 = dt.datetime(2025, 6, 1, 12, 0, 0)
+    names = [p.split()[0] for p in SCHEMA_DDL.split(", ")]
+
+    def row(s: float, typ: EventType, **kw: Any) -> tuple[Any, ...]:
+        base = {"stream": "S", "seq": int(s * 10), "subject": f"fleet.t.veh.V.evt.{typ.value}", "vid": "V",
+                "type": typ.value, "time": t0 + dt.timedelta(seconds=s), "data": "{}"}
+        base.update(kw)
+        return tuple(base.get(n) for n in names)
+
+    def answer(s: float, cmd: CommandName, cmd_id: str, latency_ms: float = 100.0) -> tuple[Any, ...]:
+        return row(s, EventType.CMD_RESULT, cmd_id=cmd_id, cmd_name=cmd.value, result="accepted", latency_ms=latency_ms)
+
+    data = [
+        answer(1, CommandName.LAND, "land-on-ground"),  # nothing to land: accepted, no effect
+        answer(10, CommandName.ARM, "arm-1"),  # answered before the armed event
+        row(10.5, EventType.ARMED),
+        row(12, EventType.TAKEOFF, alt_m=3.0),
+        answer(30, CommandName.LAND, "land-1"),
+        row(70, EventType.LANDED),
+        row(71, EventType.DISARMED),
+        row(80.05, EventType.ARMED),  # answered after the armed event
+        answer(80.1, CommandName.ARM, "arm-2", latency_ms=200.0),
+        row(90, EventType.TAKEOFF, alt_m=3.0),
+        row(130, EventType.LANDED),
+        row(131, EventType.DISARMED),
+    ]
+    chains = {r["cmd_id"]: r for r in fleet.command_chains(spark.createDataFrame(data, SCHEMA_DDL)).collect()}
+    assert chains["land-on-ground"]["expects_effect"] and chains["land-on-ground"]["effect_time"] is None
+    assert chains["land-1"]["effect_latency_ms"] == pytest.approx(40_100.0)  # from the command (29.9 s) to landed
+    assert chains["arm-1"]["effect_latency_ms"] == pytest.approx(600.0)
+    assert chains["arm-2"]["effect_latency_ms"] == pytest.approx(150.0)

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from mavjet.analytics.charts import time_series_figure, track_figure
-from mavjet.analytics.flightreport import flight_file, flight_page, project_m, track_svg
+from mavjet.analytics.charts import Mark, time_series_figure, track_figure
+from mavjet.analytics.flightreport import centre, flight_file, flight_page, project_m, track_svg
+from mavjet.contract.events import EventType
 from mavjet.contract.units import haversine_m
 
 T0 = dt.datetime(2025, 6, 1, 12, 0, 0)
@@ -71,6 +72,56 @@ def _flight() -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]
     events = [{"time": s["time"], "type": "mission_item_reached", "mode": "AUTO", "alt_m": s["alt_m"],
                "battery_pct": s["battery_pct"], "summary": f"reached mission item {i}"} for i, s in enumerate(samples)]
     return flight, samples, events
+
+
+def _flight_with_marks() -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The square flight with a mode change at the first corner, a command at the second, a failsafe at the third;
+    two of its five positions from the flight recorder."""
+    flight, samples, events = _flight()
+    for s in samples:
+        s["source"] = "event"
+    samples[1]["source"] = samples[3]["source"] = "track"
+    marks = [(EventType.MODE_CHANGED, "GUIDED -> AUTO"), (EventType.CMD_RESULT, "rtl accepted in 4.0 ms"),
+             (EventType.FAILSAFE, "FAILSAFE battery -> RTL")]
+    for i, (typ, summary) in enumerate(marks, start=1):
+        s = samples[i]
+        events.append({"time": s["time"] + dt.timedelta(seconds=1), "type": typ.value, "mode": "AUTO", "alt_m": 50.0,
+                       "battery_pct": s["battery_pct"], "lat_deg": s["lat_deg"], "lon_deg": s["lon_deg"],
+                       "summary": summary})
+    events.sort(key=lambda e: e["time"])
+    return flight, samples, events
+
+
+def test_failsafes_mode_changes_and_commands_are_marked_on_the_track_and_the_altitude() -> None:
+    flight, samples, events = _flight_with_marks()
+    page = flight_page(flight, samples, events)
+    track = page[page.index("<figcaption>track"):page.index("<h2>Altitude")]
+    altitude = page[page.index("<figcaption>altitude"):page.index("<figcaption>battery")]
+    for part in (track, altitude):
+        for kind in ("failsafe", "mode", "command"):
+            assert f'<g id="mark-{kind}-0">' in part, kind
+        assert "<title>2025-06-01 12:06:01 FAILSAFE battery -&gt; RTL</title>" in part
+        assert ">failsafe<" in part and ">mode change<" in part and ">command<" in part  # the legend
+    # on the track, where it happened: the failsafe at the square's third corner (1 km east, 1 km north)
+    pts = [(s["lat_deg"], s["lon_deg"]) for s in samples]
+    xy = project_m(pts)
+    fig = track_figure(xy, marks=[Mark(kind="failsafe", x=xy[3][0], y=xy[3][1])])
+    (ax,) = fig.axes
+    (mark,) = [ln for ln in ax.get_lines() if ln.get_gid() == "mark-failsafe-0"]
+    assert tuple(map(float, mark.get_xydata()[0])) == pytest.approx(xy[3])  # type: ignore[index]
+    assert project_m([pts[3]], origin=centre(pts)) == [pytest.approx(xy[3])]  # marks share the track's origin
+    # over time: a dashed vertical line at the failsafe's minute
+    fig = time_series_figure([(0.0, 0.0), (480.0, 0.0)], y_label="altitude (m)", marks=[Mark(kind="failsafe", x=361.0)])
+    (ax,) = fig.axes
+    (vline,) = [ln for ln in ax.get_lines() if ln.get_gid() == "mark-failsafe-0"]
+    assert list(vline.get_xdata()) == pytest.approx([361.0 / 60, 361.0 / 60])  # type: ignore[arg-type]
+
+
+def test_one_count_of_positions_on_a_flight_page() -> None:
+    page = flight_page(*_flight_with_marks())
+    assert "<figcaption>track (5 positions, north up, to scale)</figcaption>" in page
+    assert "5 positions (2 from the flight recorder, TWIN_TRACKS; 3 from events)" in page
+    assert "positions recorded" not in page
 
 
 def test_projection_keeps_metres_equal_on_both_axes() -> None:
@@ -217,8 +268,8 @@ def test_headless_chromium_screenshots_of_the_front_page_and_a_flight_page(tmp_p
         flights_per_vehicle=[(f"VID-{i:03d}", float(12 - i)) for i in range(8)],
         failsafe_days=[(dt.date(2025, 6, 1) + dt.timedelta(days=i)).isoformat() for i in range(30)],
         failsafe_series={"battery": [float(i % 3) for i in range(30)], "gcs": [float(i % 2) for i in range(30)]},
-        command_rows=[{"name": "arm", "count": 3, "latency_p50_ms": 40.0, "latency_p95_ms": 90.0,
-                       "latency_p99_ms": 4000.0}],
+        latency_rows=[{"name": "arm", "result": "accepted", "count": 3, "latency_p50_ms": 40.0,
+                       "latency_p95_ms": 90.0, "latency_p99_ms": 4000.0}],
     )
     front = tmp_path / "report.html"
     front.write_text(render(d), encoding="utf-8")
@@ -230,3 +281,59 @@ def test_headless_chromium_screenshots_of_the_front_page_and_a_flight_page(tmp_p
     lengths = [max(r[2] for r in bar) for bar in bars[:8]]
     assert len(lengths) == 8 and all(a > b for a, b in itertools.pairwise(lengths)), lengths
     assert lengths[0] / lengths[-1] == pytest.approx(12 / 5, rel=0.05)  # bar length proportional to the count
+
+
+# Appended to a copy of a page (the report itself has no scripts): the browser writes each cell's computed alignment
+# into the DOM, which --dump-dom then shows.
+ALIGN_PROBE = "<script>for (const td of document.querySelectorAll('td')) td.dataset.align = getComputedStyle(td).textAlign;</script>"
+
+
+def dump_dom(html_file: Path) -> str:
+    """The DOM as Chromium holds it after loading the page (scripts run)."""
+    out = subprocess.run(
+        [str(CHROMIUM), "--headless", "--disable-gpu", "--no-sandbox", "--dump-dom", html_file.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    return out.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (`which chromium` finds nothing)")
+def test_headless_chromium_shows_the_marks_none_and_aligned_columns(tmp_path: Path) -> None:
+    import numpy as np
+
+    from mavjet.analytics.report import ReportData, render
+
+    # A flight page with a mode change, a command and a failsafe: marked on the track and over time.
+    page = tmp_path / "marked.html"
+    page.write_text(flight_page(*_flight_with_marks()), encoding="utf-8")
+    dom = dump_dom(page)
+    for kind in ("failsafe", "mode", "command"):
+        assert dom.count(f'id="mark-{kind}-0"') == 2, kind  # the track and the altitude chart
+    assert dom.count("<title>2025-06-01 12:06:01 FAILSAFE battery -&gt; RTL</title>") == 2
+    assert "5 positions (2 from the flight recorder" in dom and "track (5 positions, north up" in dom
+    px = screenshot(page, tmp_path / "marked.png", height=1400)
+    red = (px[..., 0] > 150) & (px[..., 1] < 110) & (px[..., 2] < 110)  # the failsafe's red, not the command's orange
+    # the failsafe's dashed line on the altitude chart: a column red over much of the plot's height (the track's
+    # markers are a few pixels tall)
+    column = red.sum(axis=0)
+    assert column.max() >= 60, column.max()
+    rows = np.nonzero(red[:, int(column.argmax())])[0]
+    assert rows.max() - rows.min() > 120  # a vertical line, dashed
+
+    # The front page: an empty table says "none"; text cells left, numbers right, as the browser lays them out.
+    d = ReportData(
+        summary={"events": 1234, "error_rows": 0, "first_event": "2025-06-01T12:00:03.250000"},
+        latency_rows=[{"name": "arm", "result": "accepted", "count": 3, "vehicles": 1, "latency_p50_ms": 4.0,
+                       "latency_p95_ms": 6.0, "latency_p99_ms": 7.0},
+                      {"name": "arm", "result": "rejected", "count": 1, "vehicles": 1, "latency_p50_ms": 420.0,
+                       "latency_p95_ms": 420.0, "latency_p99_ms": 420.0}],
+        command_rows=[{"name": "arm", "count": 4, "vehicles": 1, "accepted": 3, "rejected": 1}],
+    )
+    front = tmp_path / "report.html"
+    front.write_text(render(d) + ALIGN_PROBE, encoding="utf-8")
+    dom = dump_dom(front)
+    assert "<figcaption>vehicles with the most failsafes</figcaption><p class=\"empty\">none</p>" in dom
+    assert "undecodable events" in dom and "2025-06-01 12:00:03<" in dom and "error_rows<" not in dom
+    assert '<td data-align="left">arm</td><td data-align="left">rejected</td>' in dom
+    assert '<td class="num" data-align="right">420.0</td>' in dom
+    screenshot(front, tmp_path / "report.png")  # kept with MAVJET_SCREENSHOT_DIR

@@ -11,6 +11,7 @@ import pytest
 
 from mavjet.analytics import jobs
 from mavjet.analytics.columns import SCHEMA_DDL
+from mavjet.contract.events import EventType
 from mavjet.contract.units import haversine_m
 from tests.analytics.support import History, read
 
@@ -72,11 +73,28 @@ def test_commands_match_history(events: Any, history: History) -> None:
         assert r["latency_p50_ms"] == pytest.approx(_pct(lat, 0.5))
         assert r["latency_p95_ms"] == pytest.approx(_pct(lat, 0.95))
         assert r["latency_p99_ms"] == pytest.approx(_pct(lat, 0.99))
-    fleet = {r["name"]: r for r in jobs.command_latency(events).collect()}
+    # fleet-wide: latency per (name, result kind), never a median over accepted and rejected together
+    latency = [r.asDict() for r in jobs.command_latency(events).collect()]
+    by_kind = {(r["name"], r["result"]): r for r in latency}
+    assert len(by_kind) == len(latency)
+    rejected_seen = 0
     for name in {c.name for c in history.truth.commands}:
-        lat = [c.latency_ms for c in history.truth.commands if c.name == name]
-        assert fleet[name]["count"] == len(lat)
-        assert fleet[name]["latency_p99_ms"] == pytest.approx(_pct(lat, 0.99))
+        cmds = [c for c in history.truth.commands if c.name == name]
+        total = by_kind[(name, jobs.ALL_RESULTS)]
+        assert total["count"] == len(cmds) and total["vehicles"] == len({c.vid for c in cmds})
+        for result in {c.result for c in cmds}:
+            lat = [c.latency_ms for c in cmds if c.result == result]
+            r = by_kind[(name, result)]
+            assert r["count"] == len(lat) and r["vehicles"] == len({c.vid for c in cmds if c.result == result})
+            assert r["latency_p50_ms"] == pytest.approx(_pct(lat, 0.5))
+            assert r["latency_p99_ms"] == pytest.approx(_pct(lat, 0.99))
+            rejected_seen += result == "rejected"
+    assert rejected_seen  # the history has refused commands: the split is tested, not vacuous
+    mix = {r["name"]: r for r in jobs.command_mix(latency)}
+    for name, row in mix.items():
+        results = Counter(c.result for c in history.truth.commands if c.name == name)
+        assert row["count"] == sum(results.values())
+        assert {k: row[k] for k in jobs.CMD_RESULTS} == {k: results.get(k, 0) for k in jobs.CMD_RESULTS}
 
 
 def test_failsafes_match_history(events: Any, history: History) -> None:
@@ -137,3 +155,31 @@ def test_flight_without_gateway_summary_uses_track_and_battery(spark: Any) -> No
     assert f["distance_m"] == pytest.approx(haversine_m(*pts[0], *pts[1]) + haversine_m(*pts[1], *pts[2]), rel=1e-9)
     assert f["battery_used_pct"] == pytest.approx(18.5)
     assert f["max_alt_m"] == 30.0 and f["modes"] == ["GUIDED", "AUTO"] and f["events"] == 3
+
+
+def test_an_arm_on_the_ground_is_not_a_flight(spark: Any) -> None:
+    """Armed, never airborne, disarmed 10 s later (an auto-disarm): an arm session, not a flight."""
+    t0 = dt.datetime(2025, 6, 1, 12, 0, 0)
+    names = [p.split()[0] for p in SCHEMA_DDL.split(", ")]
+
+    def row(i: int, typ: EventType, vid: str = "V", **kw: Any) -> tuple[Any, ...]:
+        base = {"stream": "S", "seq": i, "subject": f"fleet.t.veh.{vid}.evt.{typ.value}", "vid": vid,
+                "type": typ.value, "time": t0 + dt.timedelta(seconds=i), "data": "{}"}
+        base.update(kw)
+        return tuple(base.get(n) for n in names)
+
+    data = [
+        row(1, EventType.ARMED, alt_m=0.0),
+        row(11, EventType.DISARMED, alt_m=0.3),  # on the ground: baro noise, no takeoff
+        row(20, EventType.ARMED, alt_m=0.0),
+        row(25, EventType.TAKEOFF, alt_m=1.5),
+        row(60, EventType.LANDED, alt_m=0.0),
+        row(61, EventType.DISARMED, alt_m=0.0),
+        row(70, EventType.ARMED, alt_m=0.0),
+        row(80, EventType.MODE_CHANGED, alt_m=12.0),  # no takeoff event (older data), but clearly airborne
+        row(99, EventType.DISARMED, alt_m=0.0),
+    ]
+    df = spark.createDataFrame(data, SCHEMA_DDL)
+    sessions = {r["flight_no"]: r["airborne"] for r in jobs.arm_sessions(df).collect()}
+    assert sessions == {1: False, 2: True, 3: True}
+    assert sorted(r["flight_no"] for r in jobs.flights(df).collect()) == [2, 3]

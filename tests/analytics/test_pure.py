@@ -126,8 +126,8 @@ def test_report_is_self_contained_html_with_svg() -> None:
         flights_per_vehicle=[("VID-1", 3.0), ("VID-<2>", 1.0)],
         failsafe_days=["2025-06-01", "2025-06-02"],
         failsafe_series={"battery": [1.0, 0.0], "gcs": [2.0, 1.0]},
-        command_rows=[{"name": "arm", "count": 3, "latency_p50_ms": 40.0, "latency_p95_ms": 90.0,
-                       "latency_p99_ms": 4000.0}],
+        latency_rows=[{"name": "arm", "result": "accepted", "count": 3, "latency_p50_ms": 40.0,
+                       "latency_p95_ms": 90.0, "latency_p99_ms": 4000.0}],
         timelines={"VID-1": [{"time": "2025-06-01T00:00:00", "type": "armed", "summary": "armed"}]},
     )
     page = render(d)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from tests.analytics.support import ENV, History, parquet_rows, start_standalone
 OUTPUTS = {
     "flights": ["vid", "flight_no"],
     "commands": ["name", "vid"],
-    "command_latency": ["name"],
+    "command_latency": ["name", "result"],
     "failsafes": ["day", "vid", "failsafe_type"],
     "failsafe_events": ["vid", "time", "seq"],
     "timeline/VID-0002": ["time", "seq"],
@@ -48,6 +49,7 @@ def test_replay_writes_parquet_summary_and_report(local_out: tuple[Path, dict[st
     assert summary["events"] == truth.events and summary["error_rows"] == 0
     assert summary["flights"] == len(truth.flights) and summary["failsafes"] == len(truth.failsafes)
     assert summary["cmd_results"] == len(truth.commands) and summary["vehicles"] == history.cfg.vehicles
+    assert summary["armed_without_takeoff"] == 0  # every synthetic arm takes off
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk["flights"] == summary["flights"] and on_disk["timings_s"]["read"] > 0
     for name in OUTPUTS:
@@ -83,6 +85,16 @@ def test_replay_writes_kpis_chains_and_flight_pages(local_out: tuple[Path, dict[
         assert po.headings[1:] == ["Track", "Altitude and battery", "Commands", "Events"], href
         assert po.tags.count("svg") == 3 and 'id="track"' in page and "script" not in po.tags
         assert "../report.html" in po.links
+        # one count of positions: the track's caption and the facts agree
+        shown = re.search(r"<figcaption>track \(([\d,]+) positions?,", page)
+        assert shown is not None and f"<dd data-key=positions>{shown[1]} position" in page, href
+        # the flight's mode changes and commands marked on the track and the altitude chart
+        assert page.count('id="mark-mode-0"') == 2 and page.count('id="mark-command-0"') == 2, href
+    # the top block: labels, not keys; times to the second; latency per result kind; effects in seconds
+    assert "<dt>undecodable events</dt>" in front and "<dt>error_rows" not in front and "<dt>total_s" not in front
+    assert re.search(r"\d:\d\d\.\d{3,}", front) is None, "a time with fractions of a second"
+    assert "<caption>latency by command and result" in front and "<td>accepted</td>" in front
+    assert "<th>p50 (s)</th>" in front
 
 
 def test_cli_arguments() -> None:

@@ -101,3 +101,68 @@ def test_inline_svg_loads_nothing() -> None:
     assert "xlink" not in page and "<metadata" not in page and "<image" not in page
     assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"]
     assert "no data" in stacked_columns([], {}, title="t")
+
+
+# --- the front page's tables and labels (issue 49: a correct report) ----------------------------
+
+
+def _front(**kw: object) -> str:
+    from mavjet.analytics.report import ReportData, render
+
+    return render(ReportData(**kw))  # type: ignore[arg-type]
+
+
+def test_an_empty_table_says_none_not_headers_alone() -> None:
+    page = _front()
+    assert "<figcaption>vehicles with the most failsafes</figcaption><p class=empty>none</p>" in page
+    assert "<th>vehicle</th>" not in page
+    assert "<figcaption>failsafes per day, by type</figcaption><p class=empty>none: no failsafes" in page
+
+
+def test_the_top_block_has_human_labels_and_times_to_the_second() -> None:
+    page = _front(summary={"events": 1234, "error_rows": 0, "first_event": "2025-06-01T12:00:03.123456",
+                           "total_s": 12.345, "armed_without_takeoff": 2})
+    assert "<dt>undecodable events</dt>" in page and "<dt>replay took (s)</dt>" in page
+    assert "<dt>armed without a takeoff (not flights)</dt>" in page
+    assert ">2025-06-01 12:00:03<" in page and ".123456" not in page
+    assert "<dt>error_rows" not in page and "<dt>total_s" not in page
+
+
+def test_text_columns_left_numbers_right() -> None:
+    from mavjet.analytics.report import CSS, table
+
+    html_table = table([{"vid": "VID-1", "failsafes": 3, "types": "battery, gcs"}], ["vid", "failsafes", "types"])
+    assert "<td>VID-1</td><td class=num>3</td><td>battery, gcs</td>" in html_table
+    assert "<th>vehicle</th><th>failsafes</th><th>types</th>" in html_table
+    assert "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}" in CSS and "td.num{text-align:right" in CSS
+
+
+def test_latency_is_per_result_kind_and_the_chart_shows_accepted_commands() -> None:
+    from mavjet.analytics.jobs import command_mix
+
+    rows = [
+        {"name": "takeoff", "result": "accepted", "count": 5, "vehicles": 2, "latency_p50_ms": 4.0,
+         "latency_p95_ms": 6.0, "latency_p99_ms": 7.0},
+        {"name": "takeoff", "result": "rejected", "count": 1, "vehicles": 1, "latency_p50_ms": 420.0,
+         "latency_p95_ms": 420.0, "latency_p99_ms": 420.0},
+        {"name": "takeoff", "result": "all", "count": 6, "vehicles": 3, "latency_p50_ms": 4.5,
+         "latency_p95_ms": 300.0, "latency_p99_ms": 400.0},
+    ]
+    (mix,) = command_mix(rows)
+    assert (mix["count"], mix["vehicles"], mix["accepted"], mix["rejected"], mix["failed"]) == (6, 3, 5, 1, 0)
+    page = _front(command_rows=[mix], latency_rows=rows)
+    chart = page[page.index("<figcaption>latency of accepted commands"):]
+    chart = chart[: chart.index("</figure>") + len("</figure>")]
+    texts = _svg_texts("<figure>" + chart)
+    assert "4" in texts and "420" not in texts and "4.5" not in texts  # accepted only, never a mixed median
+    table_html = page[page.index("<caption>latency by command and result"):]
+    assert "<td>takeoff</td><td>accepted</td><td class=num>5</td><td class=num>4.0</td>" in table_html
+    assert "<td>takeoff</td><td>rejected</td><td class=num>1</td><td class=num>420.0</td>" in table_html
+    assert "<td>all</td>" not in table_html
+
+
+def test_effect_times_are_seconds_from_the_command_to_its_effect() -> None:
+    page = _front(chain_rows=[{"name": "land", "count": 3, "expected": 3, "effects": 3, "effect_p50_ms": 123236.0,
+                               "effect_p95_ms": 150000.0}])
+    assert "command → effect: time from the command to its effect event" in page
+    assert "<th>p50 (s)</th>" in page and "<td class=num>123.2</td>" in page and "123,236" not in page

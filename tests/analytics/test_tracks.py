@@ -114,7 +114,12 @@ def test_replay_pages_get_the_recorded_track(spark: Any, nats_server: NatsServer
     summary = run_replay(spark, ReplayConfig(out=str(out), url=nats_server.url, env="test", master="local[2]"))
     assert summary["flights"] == 1 and summary["flight_pages"] == 1
     page = (out / flight_file("VID-001", 1)).read_text(encoding="utf-8")
-    assert f"<dt>positions recorded (TWIN_TRACKS)</dt><dd>{recorded}</dd>" in page
+    # one count of positions on the page (the track's), split by where they came from
+    n = sum(1 for s in via_reader.samples if s["lat_deg"] is not None and s["lon_deg"] is not None)
+    assert n > recorded
+    assert (f"<dd data-key=positions>{n:,} positions ({recorded:,} from the flight recorder, TWIN_TRACKS; "
+            f"{n - recorded:,} from events)</dd>") in page
+    assert f"<figcaption>track ({n:,} positions, north up, to scale)</figcaption>" in page
 
 
 def test_no_stream_means_no_track(spark: Any, nats_server: NatsServer) -> None:

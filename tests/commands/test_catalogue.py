@@ -45,7 +45,7 @@ def reason(name: str, payload: bytes) -> str:
 def test_catalogue_has_every_command_of_the_issue() -> None:
     assert set(CATALOGUE) == {
         "arm", "disarm", "takeoff", "land", "rtl", "set_mode", "goto", "param_set", "param_get",
-        "mission_upload", "mission_clear", "mission_start", "reboot", "log_download", "log_list",
+        "mission_upload", "mission_clear", "mission_start", "mission_download", "reboot", "log_download", "log_list",
     }
 
 

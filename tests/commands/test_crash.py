@@ -30,7 +30,11 @@ from mavjet.sim.fleet import SimConfig, SimFleet
 from tests.support.commands import ENV, cmd_results, ready_to_fly
 
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
+# The gateway is cut from NATS right after a delivery: with ownership it could not even write the shared
+# in-flight row (and would be fenced), so these tests measure the single gateway's own ledger, as before
+# ownership; tests/ownership/test_failover.py covers the same crash across two gateways.
 CONFIG = """
+ownership = false
 [commands]
 ack_wait_s = 2.0
 backoff_s = []

@@ -7,12 +7,11 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from mavjet.contract.commands import decode_command
 from mavjet.drivers.mavlink.dialect import mavlink2
 from mavjet.ops.natsserver import NatsServer
 from mavjet.sim.logs import LogServer, SimLog, synthetic_log
 from tests.commands.test_log_download import VID, mavjet_logs, with_logs
-from tests.support.commands import ENV, command_rig
+from tests.support.commands import command_rig
 from tests.support.wait import wait_for
 
 
@@ -47,18 +46,16 @@ async def test_refused_while_armed(provisioned: Client, nats_server: NatsServer,
         assert r.result == "rejected" and "disarmed" in r.detail and "armed" in r.detail, r
 
 
-async def test_cli_without_a_gateway_times_out_with_one_line(provisioned: Client, nats_server: NatsServer) -> None:
-    """Nobody serves the vehicle: `logs ls` gives up after --timeout (exit 4, one line), and its command carries
-    that deadline, so a gateway that comes up later does not run what nobody waits for."""
+async def test_cli_without_a_gateway_refuses_at_once_with_one_line(provisioned: Client, nats_server: NatsServer) -> None:
+    """Nobody ever served the vehicle: `logs ls` says so in one line (exit 2, ops/resolve.py) instead of
+    waiting out --timeout, and queues nothing a gateway that comes up later would run."""
     got = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID, "--timeout", "1s")
-    assert got.returncode == 4, got.stderr
+    assert got.returncode == 2, got.stderr
     lines = got.stderr.strip().splitlines()
-    assert len(lines) == 1 and "is a gateway serving" in lines[0], got.stderr
+    assert len(lines) == 1 and "no gateway has registered vehicle" in lines[0], got.stderr
     assert "Traceback" not in got.stderr
-    js = provisioned.jetstream()
-    msg = await js.get_last_msg("TWIN_CMD", f"fleet.{ENV}.veh.{VID}.cmd.log_list")
-    cmd = decode_command("log_list", msg.data, max_payload_bytes=1 << 20)
-    assert cmd.deadline_ns is not None and 0 < cmd.deadline_ns - cmd.issued_ns <= 2_000_000_000
+    info = await provisioned.jetstream().stream_info("TWIN_CMD")
+    assert info.state.messages == 0
 
 
 async def test_refused_while_a_download_runs(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_cmd_result_wire_values() -> None:
 
 def test_disposition_wire_values() -> None:
     assert {d.name: d.value for d in Disposition} == {
-        "ACK": "ack", "NAK": "nak", "TERM": "term", "DUPLICATE": "duplicate",
+        "ACK": "ack", "NAK": "nak", "TERM": "term", "DUPLICATE": "duplicate", "HANDED_BACK": "handed_back",
     }
     # counted in dicts keyed by the plain strings the tests and metrics use
     assert {Disposition.TERM: 6} == {"term": 6}

@@ -147,3 +147,32 @@ def test_shadow_uses_commands_protocol_config(tmp_path: Path) -> None:
     assert any(isinstance(e, ShadowService) for e in gw.services)
     # The shadow acts through each vehicle's session, which carries the [commands] protocol config.
     assert gw.twins["V"].session.protocols == cfg.protocols
+
+
+def test_nats_host_port_as_the_nats_cli_takes_it_and_errors_name_their_source() -> None:
+    from mavjet.gateway.resolve import resolve_config
+
+    flags = {"vehicle": ["VID-001=tcp:127.0.0.1:5760"]}
+    cfg = resolve_config({}, flags={**flags, "nats": "127.0.0.1:14222"}, environ={})
+    assert cfg.nats.servers == ("nats://127.0.0.1:14222",)
+    cfg = resolve_config({}, flags=flags, environ={"MAVJET_NATS": "hub-1:4222,nats://hub-2:4222"})
+    assert cfg.nats.servers == ("nats://hub-1:4222", "nats://hub-2:4222")
+    with pytest.raises(ConfigError) as flag:
+        resolve_config({}, flags={**flags, "nats": "127.0.0.1:notaport"}, environ={})
+    assert flag.value.key == "--nats" and "HOST:PORT" in flag.value.reason
+    with pytest.raises(ConfigError) as env:
+        resolve_config({}, flags=flags, environ={"MAVJET_NATS": "ftp://x:1"})
+    assert env.value.key == "MAVJET_NATS"
+
+
+def test_backup_link_from_the_command_line_and_the_file() -> None:
+    from mavjet.gateway.resolve import resolve_config
+
+    cfg = resolve_config({}, flags={"vehicle": ["VID-001=tcp:127.0.0.1:5760"],
+                                    "backup": ["VID-001=tcp:127.0.0.1:5762"]}, environ={})
+    assert cfg.vehicles[0].backup == Endpoint.parse("tcp:127.0.0.1:5762")
+    raw = {"vehicles": [{"vid": "VID-002", "endpoint": "tcp:127.0.0.1:5770", "backup": "udpout:10.0.0.5:14550"}]}
+    assert build_config(raw).vehicles[0].backup == Endpoint.parse("udpout:10.0.0.5:14550")
+    with pytest.raises(ConfigError, match="not a vehicle of this gateway"):
+        resolve_config({}, flags={"vehicle": ["VID-001=tcp:127.0.0.1:5760"],
+                                  "backup": ["VID-009=tcp:127.0.0.1:5762"]}, environ={})

@@ -53,7 +53,7 @@ async def test_sigkilled_gateway_marks_its_vehicle_stale_within_10s(
     url = nats_server.url
     async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=4.0)) as fleet:
         args = [sys.executable, "-m", "mavjet.ops", "gateway", "--nats", url, "--env", ENV,
-                "--state-dir", str(tmp_path / "state"), "--instance", "stale-gw", "--no-commands", "--no-shadow",
+                "--state-dir", str(tmp_path / "state"), "--instance", "doomed-gw", "--no-commands", "--no-shadow",
                 "--vehicle", f"VID-001={fleet.endpoints[0]}"]
         log_path = tmp_path / "gateway.log"
         with log_path.open("wb") as log_file:
@@ -69,7 +69,7 @@ async def test_sigkilled_gateway_marks_its_vehicle_stale_within_10s(
             before = await _twin(url, "VID-001")
             assert before["stale"] is False and before["stale_reason"] is None, before
             assert -1.0 < before["age_s"] < 5.0, before
-            assert before["state"]["link"]["gateway"] == "stale-gw"
+            assert before["state"]["link"]["gateway"] == "doomed-gw"
             assert all(-1.0 < ch["age_s"] < 5.0 for ch in before["state"].values()), before["state"]
             row = await _fleet_row(url, "VID-001")
             assert " up " in row and "stale" not in row, row

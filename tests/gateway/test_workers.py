@@ -295,6 +295,15 @@ async def test_two_workers_split_the_fleet_restart_and_stop(
             by_vid = await wait_for_async(restarted, 60, what=f"worker 0 restarted\n{log_tail()}")
             assert by_vid == {vid: {str(owner(vid, 2))} for vid in vids}
             assert _worker_pids(proc.pid)[1] == pids[1]
+            # The restarted worker owns its vehicles again once its killed predecessor's leases went
+            # stale (TTL 5 s, docs/ownership.md): only then is it the one to report their stop.
+
+            async def all_owned() -> bool:
+                mm = await asyncio.to_thread(_scrape, metrics_port)
+                owned = {labels["vehicle"] for labels, v in mm.get("mavjet_vehicle_owner", []) if v == 1.0}
+                return owned == set(vids)
+
+            await wait_for_async(all_owned, 30, what=f"every vehicle owned again\n{log_tail()}")
             # SIGTERM to the supervisor stops every worker cleanly.
             children = _worker_pids(proc.pid)
             proc.send_signal(signal.SIGTERM)

@@ -35,7 +35,8 @@ def test_definitions_follow_the_contract() -> None:
     # One lease per vehicle (docs/ownership.md): replicated like the rest, newest only, read from the leader.
     leases = defs["TWIN_LEASES"].config
     assert leases.name == "KV_TWIN_LEASES" and leases.subjects == ["$KV.TWIN_LEASES.>"] and leases.num_replicas == 3
-    assert leases.max_msgs_per_subject == 1 and not leases.allow_direct
+    # direct gets name the key, so a vehicle's credential reads only its own (docs/ownership.md)
+    assert leases.max_msgs_per_subject == 1 and leases.allow_direct and leases.max_age == 900
     logs = defs["TWIN_LOGS"].config  # under each vehicle's own subjects, so its credential can be scoped to them
     assert logs.subjects == ["fleet.prod.veh.*.logs.>"] and logs.allow_direct and logs.allow_rollup_hdrs
     assert logs.discard == jsapi.DiscardPolicy.NEW  # full: a new log is refused, never an old one's chunks dropped

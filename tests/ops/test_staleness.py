@@ -70,7 +70,8 @@ def test_fleet_rows_mark_stale_never_up_or_armed() -> None:
               rec("status", 40.0, "VID-002", mode="AUTO", armed=True), link(40.0, vid="VID-002")):
         view.on_state(r)
     rows = {r[0]: r for r in view.rows(NOW)}
-    assert rows["VID-001"][2] == "ARMED" and rows["VID-001"][7] == "up" and rows["VID-001"][8] == "0.5s"
+    assert rows["VID-001"][2] == "ARMED" and rows["VID-001"][7] == "up" and rows["VID-001"][9] == "0.5s"
+    assert rows["VID-001"][8] == "gw"  # OWNER: the gateway whose link record this is (with ownership, the owner)
     assert rows["VID-002"][2] == "stale" and rows["VID-002"][7] == "stale: gateway gone"
     assert "ARMED" not in rows["VID-002"] and "up" not in rows["VID-002"]
     text = view.render(NOW)

@@ -22,15 +22,20 @@ from mavjet.contract.subjects import (
     BLOBS_BUCKET,
     CMD_STREAM,
     EVENTS_STREAM,
+    LEASES_BUCKET,
     SHADOW_BUCKET,
     STATE_STREAM,
     cmd_subject,
     event_subject,
+    inflight_key,
+    lease_key,
+    lease_kv_subject,
     shadow_key,
     state_subject,
 )
 from mavjet.gateway.commands.consumer import consumer_config, durable_name, ensure_consumer
 from mavjet.gateway.config import CommandsConfig
+from mavjet.gateway.ownership.store import JetStreamLeaseStore
 from mavjet.gateway.shadow.kvstore import KeyWatch, ShadowStore
 from tests.security.conftest import ENV, Secured
 from tests.security.support import JS_TIMEOUT_S, clean, refused
@@ -337,3 +342,30 @@ async def test_analytics_source_reads_the_audit_trail_with_its_credential(hub: S
 
     assert await anyio.to_thread.run_sync(read) == 2
     assert "Violation" not in hub.log()
+
+
+async def test_vehicle_holds_only_its_own_lease(hub: Secured) -> None:
+    """Ownership (docs/ownership.md): a credential keeps its own vehicle's lease and commands in flight, nobody else's."""
+    v1, v2 = await hub.connect("VID-001"), await hub.connect("VID-002")
+    try:
+        store1 = JetStreamLeaseStore(lambda: v1.jetstream(timeout=JS_TIMEOUT_S), timeout_s=JS_TIMEOUT_S)
+        store2 = JetStreamLeaseStore(lambda: v2.jetstream(timeout=JS_TIMEOUT_S), timeout_s=JS_TIMEOUT_S)
+        mine = lease_key(ENV, "VID-001")
+        rev = await store1.write(mine, b'{"holder": "vid-001"}', last=0)
+        assert (await store1.get(mine)).revision == rev
+        cmd = inflight_key(ENV, "VID-001", "c1")
+        assert await store1.write(cmd, b"x", last=0) > rev
+        heard = await v1.subscribe(lease_kv_subject(mine))  # a release wakes a standby at once
+        await heard.unsubscribe()
+        clean(v1)
+        # Hostile: VID-002 takes over VID-001's lease, deletes it, reads it, forges a command in flight.
+        await refused(v2, lease_kv_subject(mine), lambda: store2.write(mine, b'{"holder": "x"}', last=rev))
+        await refused(v2, lease_kv_subject(mine), lambda: store2.delete(mine, last=rev))
+        await refused(v2, f"$JS.API.DIRECT.GET.KV_{LEASES_BUCKET}.{lease_kv_subject(mine)}",
+                      lambda: store2.get(mine))
+        await refused(v2, lease_kv_subject(cmd), lambda: store2.write(cmd, b"y", last=0))
+        await refused(v2, lease_kv_subject(mine), lambda: v2.subscribe(lease_kv_subject(mine)))
+        assert (await store1.get(mine)).revision == rev
+    finally:
+        for nc in (v1, v2):
+            await nc.close()

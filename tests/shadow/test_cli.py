@@ -44,7 +44,7 @@ async def shadow(url: str, *argv: str) -> int:
 async def test_set_get_history_diff_edit(provisioned: Client, nats_server: NatsServer,
                                          capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     url = nats_server.url
-    assert await shadow(url, "set", "params.RTL_ALT=1500", "mode=GUIDED") == 0
+    assert await shadow(url, "set", "params.RTL_ALT=1500", "mode=GUIDED", "--force") == 0
     assert await shadow(url, "set", "params.LAND_SPEED=60") == 0
     capsys.readouterr()
     assert await shadow(url, "get", "--desired") == 0

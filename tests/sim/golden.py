@@ -262,7 +262,7 @@ def px4() -> dict[str, Any]:
     r.long(R.MAV_CMD_COMPONENT_ARM_DISARM, 1)  # no position yet: TEMPORARILY_REJECTED
     r.run(3.0)
     r.send(R.MAVLink_param_request_list_message(1, 1))
-    r.param_set("RTL_ALT", 3000.0, R.MAV_PARAM_TYPE_REAL32)  # an INT param declared REAL32: no answer
+    r.param_set("RTL_ALT", 3000.0, R.MAV_PARAM_TYPE_REAL32)  # an INT param declared REAL32: PARAM_ERROR TYPE_MISMATCH
     r.send(R.MAVLink_param_request_read_message(1, 1, b"RTL_ALT", -1))
     r.long(R.MAV_CMD_REQUEST_MESSAGE, R.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
     r.long(R.MAV_CMD_DO_SET_MODE, custom, 4, 0)  # AUTO sub 0: AUTO.MISSION, no mission
@@ -286,17 +286,19 @@ def px4() -> dict[str, Any]:
     ])  # fmt: skip
     r.download(MISSION, 4)
     r.long(R.MAV_CMD_COMPONENT_ARM_DISARM, 1)
-    r.long(R.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 12.0)
+    r.long(R.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, HOME[2] + 12.0)  # PX4: param7 above mean sea level
     r.run(6.0)
     r.long(R.MAV_CMD_COMPONENT_ARM_DISARM, 0)  # in the air: denied, with PX4's text
-    r.int_cmd(R.MAV_CMD_DO_REPOSITION, rel, -1.0, 0.0, x=wp1[0], y=wp1[1], z=15.0)  # no change-mode flag
-    r.int_cmd(R.MAV_CMD_DO_REPOSITION, rel, -1.0, 1.0, x=wp1[0], y=wp1[1], z=15.0)
+    r.int_cmd(R.MAV_CMD_DO_REPOSITION, rel, -1.0, 0.0, x=wp1[0], y=wp1[1], z=HOME[2] + 15.0)  # no change-mode flag
+    r.int_cmd(R.MAV_CMD_DO_REPOSITION, rel, -1.0, 1.0, x=wp1[0], y=wp1[1], z=HOME[2] + 15.0)  # z AMSL, any frame
     r.run(8.0)
     r.long(R.MAV_CMD_MISSION_START, 0)
     r.run(30.0)
     r.long(R.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 12.0)
     r.long(R.MAV_CMD_COMPONENT_ARM_DISARM, 1)
-    r.long(R.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 12.0)
+    r.long(R.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 12.0)  # relative: "Already higher than takeoff altitude"
+    r.send(R.MAVLink_param_request_read_message(1, 1, b"NOT_A_PARAM", -1))  # PARAM_ERROR DOES_NOT_EXIST
+    r.long(R.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, HOME[2] + 12.0)
     r.run(5.0)
     r.long(R.MAV_CMD_NAV_RETURN_TO_LAUNCH)
     r.run(40.0)

@@ -67,7 +67,8 @@ async def test_disarm_in_the_air_is_refused_with_px4s_text() -> None:
         try:
             await ready(fleet)
             assert (await gcs.command_long(v.sysid, ARM, 1)).result == M.MAV_RESULT_ACCEPTED
-            ack = await gcs.command_long(v.sysid, M.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 10)
+            assert v.home is not None  # PX4 takes param7 above mean sea level: home + 10 m
+            ack = await gcs.command_long(v.sysid, M.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, v.home[2] + 10)
             assert ack.result == M.MAV_RESULT_ACCEPTED and v.mode == "AUTO.TAKEOFF"
             await wait_for(lambda: v.alt_m > 2.0, timeout_s=15, interval_s=0.02)
             i = gcs.mark()

@@ -9,6 +9,7 @@ from typing import Any
 from mavjet.contract.subjects import BLOBS_BUCKET, SHADOW_BUCKET, shadow_key
 from mavjet.drivers.mavlink.fence import geofence_from_dict
 from mavjet.drivers.mavlink.plan import parse_plan
+from tests.sitl.peers import ARDUPILOT_NAMES, Names
 from tests.sitl.scenarios import QGC_PLAN, Rig, standby
 from tests.support.gateway import ENV
 from tests.support.wait import wait_for_async
@@ -39,14 +40,15 @@ async def converged(rig: Rig, vid: str, revision: int, timeout_s: float) -> dict
     return got
 
 
-async def shadow_params(rig: Rig, vid: str) -> None:
+async def shadow_params(rig: Rig, vid: str, names: Names = ARDUPILOT_NAMES) -> None:
     """desired.params converge; reported shows the values read back; param_get agrees."""
     await standby(rig, vid)
-    want = {"RTL_ALT": 2500, "WPNAV_SPEED": 750.5}
+    want = names.shadow_params
     rep = await converged(rig, vid, await set_desired(rig, vid, {"params": want}), 60)
     assert rep["params"] == want and rep["delta"] == {} and rep["link"] == "up", rep
-    got = await rig.call(vid, "param_get", {"name": "RTL_ALT"})
-    assert got.accepted and got.data["value"] == 2500.0, got
+    first = next(iter(want))
+    got = await rig.call(vid, "param_get", {"name": first})
+    assert got.accepted and got.data["value"] == float(want[first]), got
 
 
 async def shadow_mission_and_geofence(rig: Rig, vid: str) -> None:

@@ -20,7 +20,9 @@ from tests.sitl.peers import Site
 from tests.sitl.scenarios import gateway_on, set_mode_when_possible, standby
 from tests.support.sim import MavClient
 
-INJECTED_RTL_ALT = 4321.0
+INJECTED_RTL_LOIT_TIME = 4321.0
+# A name ArduCopter 4.7 and 4.8 both have (4.8 renamed RTL_ALT to RTL_ALT_M).
+PARAM = "RTL_LOIT_TIME"
 LOITER = 5  # ArduCopter custom mode
 
 
@@ -41,19 +43,20 @@ async def signed_gateway_ignores_unsigned_injector(site: Site, nc: Client, url: 
         injector = await MavClient.connect(serial2, compid=190)
         try:
             for _ in range(3):  # unsigned, on a link that is not SERIAL0
-                injector.send(m.MAVLink_param_set_message(sysid, 1, b"RTL_ALT", INJECTED_RTL_ALT, m.MAV_PARAM_TYPE_INT32))
+                injector.send(m.MAVLink_param_set_message(sysid, 1, PARAM.encode(), INJECTED_RTL_LOIT_TIME,
+                                                           m.MAV_PARAM_TYPE_INT32))
                 injector.send(m.MAVLink_command_long_message(sysid, 1, m.MAV_CMD_DO_SET_MODE, 0,
                                                              m.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED, LOITER, 0, 0, 0, 0, 0))
                 await anyio.sleep(0.5)
             await anyio.sleep(1.0)
         finally:
             await injector.close()
-        got = await rig.call(vid, "param_get", {"name": "RTL_ALT"})
-        assert got.accepted and got.data["value"] != INJECTED_RTL_ALT, got
+        got = await rig.call(vid, "param_get", {"name": PARAM})
+        assert got.accepted and got.data["value"] != INJECTED_RTL_LOIT_TIME, got
         assert rig.model(vid).mode == "GUIDED", rig.model(vid).mode
         # The gateway's signed commands are obeyed.
-        assert (await rig.call(vid, "param_set", {"name": "RTL_ALT", "value": 1800.0})).accepted
-        got = await rig.call(vid, "param_get", {"name": "RTL_ALT"})
+        assert (await rig.call(vid, "param_set", {"name": PARAM, "value": 1800.0})).accepted
+        got = await rig.call(vid, "param_get", {"name": PARAM})
         assert got.accepted and got.data["value"] == 1800.0, got
         assert (await rig.call(vid, "set_mode", {"mode": "LOITER"})).accepted
         assert rig.gw.twins[vid].link.is_up
