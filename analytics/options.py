@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mavjet.contract.errors import ConfigError
-from mavjet.contract.natsconn import DEFAULT_NATS, with_scheme
+from mavjet.contract.natsconn import DEFAULT_NATS, check_url, with_scheme
 from mavjet.contract.subjects import EVENTS_STREAM
 from mavjet.contract.units import parse_duration_s
 
@@ -97,8 +97,13 @@ class SourceOptions:
     max_events_per_trigger: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.servers or any("://" not in s for s in self.servers):
-            raise ConfigError("url", f"{self.url!r} is not a NATS URL like nats://host:4222")
+        if not self.servers:
+            raise ConfigError("url", f"{self.url!r} is not a NATS URL like nats://host:4222 (or host:4222)")
+        for url in self.servers:
+            try:
+                check_url(url)
+            except ConfigError as exc:
+                raise ConfigError("url", f"{exc.reason} (nats://host:4222 or host:4222)") from None
         if not self.stream:
             raise ConfigError("stream", "a stream name is required")
         if self.start_seq is not None and self.end_seq is not None and self.end_seq < self.start_seq:

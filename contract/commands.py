@@ -191,8 +191,9 @@ OBJECT = ParamSpec(
 )
 
 LOG_ID = ParamSpec(
-    name="log", kind=str, required=False, default="latest", pattern=re.compile(r"^(latest|[1-9][0-9]{0,4})$"),
-    pattern_text="a log id (1-65535) or latest",
+    # PX4 numbers its logs from 0, ArduPilot from 1 (LOG_ENTRY.id).
+    name="log", kind=str, required=False, default="latest", pattern=re.compile(r"^(latest|0|[1-9][0-9]{0,4})$"),
+    pattern_text="a log id (0-65535) or latest",
 )
 
 

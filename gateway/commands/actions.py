@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,7 +27,7 @@ from mavjet.drivers.mavlink import autopilot
 from mavjet.drivers.mavlink.command import CommandResult as MavCommandResult
 from mavjet.drivers.mavlink.command import mav_result_name
 from mavjet.drivers.mavlink.dialect import mavlink2
-from mavjet.drivers.mavlink.logs import LogError
+from mavjet.drivers.mavlink.logs import LogEntry, LogError
 from mavjet.drivers.mavlink.mission import (
     FENCE,
     MISSION,
@@ -311,13 +311,21 @@ async def mission_upload(cmd: Command, ctx: ActionContext) -> Outcome:
     return Outcome(result=CmdResult.ACCEPTED, detail=detail, attempts=1, extra={**uploaded, "warnings": warned})
 
 
+def pick_log(entries: Sequence[LogEntry], wanted: str) -> LogEntry | None:
+    """The log `wanted` names: an id, or `latest`: the newest by its UTC start where the autopilot knew the
+    time (PX4's ids follow its directory order, not time), else the highest id (ArduPilot numbers in order)."""
+    if wanted == "latest":
+        return max(entries, key=lambda e: (e.time_utc_s, e.log_id), default=None)
+    return next((e for e in entries if e.log_id == int(wanted)), None)
+
+
 async def log_download(cmd: Command, ctx: ActionContext) -> Outcome:
     """Find the log and start its download (mavjet.gateway.commands.logs runs it): accepted means started."""
     wanted = str(cmd.params.get("log") or "latest")
     entries = await ctx.vehicle.session.list_logs()
     if not entries:
         return Outcome(result=CmdResult.REJECTED, detail="log_download: the vehicle holds no logs", attempts=1)
-    found = entries[-1] if wanted == "latest" else next((e for e in entries if e.log_id == int(wanted)), None)
+    found = pick_log(entries, wanted)
     if found is None:
         ids = ", ".join(str(e.log_id) for e in entries)
         return Outcome(result=CmdResult.REJECTED, detail=f"log_download: no log {wanted} (the vehicle has {ids})",

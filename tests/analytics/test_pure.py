@@ -84,8 +84,11 @@ def test_source_options_parse_and_validate() -> None:
     assert o.start_time_us == 1_749_945_600 * 10**6 and o.lateness_s == 3600
     assert format_time_us(o.start_time_us).startswith("2025-06-15T00:00:00")
     assert parse_time_us("1749945600.5", key="t") == 1_749_945_600_500_000
+    assert SourceOptions.from_options({"url": "localhost:4222"}).servers == ["nats://localhost:4222"]  # as the nats CLI
     with pytest.raises(ConfigError):
-        SourceOptions.from_options({"url": "localhost:4222"})
+        SourceOptions.from_options({"url": "http://localhost:4222"})
+    with pytest.raises(ConfigError):
+        SourceOptions.from_options({"url": "localhost:port"})
     with pytest.raises(ConfigError):
         SourceOptions.from_options({"start_seq": "10", "end_seq": "5"})
     with pytest.raises(ConfigError):

@@ -232,3 +232,29 @@ def test_result_data_fields() -> None:
                  "attempts": 1, "latency_ms": 0.0}
     with pytest.raises(ValueError, match="unknown cmd_result"):
         result_data(cmd_id="c", name="arm", result="ok")
+
+
+def test_log_ids_from_0_as_px4_numbers_them() -> None:
+    from mavjet.contract.commands import CommandInvalid, validate_params
+
+    assert validate_params("log_download", {"log": "0"})["log"] == "0"
+    assert validate_params("log_download", {"log": "65535"})["log"] == "65535"
+    for bad in ("00", "-1", "123456", "newest"):
+        with pytest.raises(CommandInvalid):
+            validate_params("log_download", {"log": bad})
+
+
+def test_latest_log_is_the_newest_by_its_start_else_the_highest_id() -> None:
+    from mavjet.drivers.mavlink.logs import LogEntry
+    from mavjet.gateway.commands.actions import pick_log
+
+    def e(log_id: int, t: int) -> LogEntry:
+        return LogEntry(log_id=log_id, num_logs=3, last_log_num=2, time_utc_s=t, size_bytes=100)
+
+    px4 = [e(0, 1_700_000_300), e(1, 1_700_000_100), e(2, 1_700_000_200)]  # directory order, not time
+    picked = pick_log(px4, "latest")
+    assert picked is not None and picked.log_id == 0
+    ardupilot = [e(1, 0), e(2, 0), e(3, 0)]  # no UTC time: numbered in order
+    picked = pick_log(ardupilot, "latest")
+    assert picked is not None and picked.log_id == 3
+    assert pick_log(px4, "0") is px4[0] and pick_log(px4, "7") is None and pick_log([], "latest") is None

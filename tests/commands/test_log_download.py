@@ -137,6 +137,7 @@ async def test_cli_get_shows_progress_and_writes_the_file_then_ls_lists_it(
         assert [(r["log_id"], r["stored"]) for r in rows] == [(1, True), (2, False)]
         assert rows[0]["sha256"] == hashlib.sha256(held).hexdigest() and rows[1]["sha256"] is None
         text = await asyncio.to_thread(mavjet_logs, nats_server.url, "ls", VID)
-        assert text.returncode == 0 and "stored" in text.stdout.splitlines()[0] and "2 logs" in text.stderr
+        lines = text.stdout.splitlines()  # a header, then a row per log
+        assert text.returncode == 0 and "LOG" in lines[0] and "stored" in lines[1] and "2 logs" in text.stderr
         refused = await asyncio.to_thread(mavjet_logs, nats_server.url, "get", VID, "7")
         assert refused.returncode == 1 and "no log 7" in refused.stderr
