@@ -176,6 +176,8 @@ async def test_samples_at_track_hz_only_while_armed_through_an_outage(
             assert rec.samples > during and gw.twins["VID-001"].link.is_up
             nats_server.start()
             await wait_for(lambda: gw.publisher.is_connected, 30)
+            # 3 s without NATS fences the owner (docs/ownership.md): it acts again once its lease is renewed.
+            await wait_for(lambda: gw.ownership is not None and gw.ownership.keeper.may_act("VID-001"), 15)
             await _command(gw, m.MAV_CMD_NAV_LAND)
             await wait_for(lambda: not v.armed, 60)
             await wait_for(lambda: not gw.twins["VID-001"].model.armed, 10)
