@@ -14,10 +14,12 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import math
 from collections.abc import Callable
 from enum import StrEnum
 from typing import IO, Any
 
+import anyio
 from nats.aio.msg import Msg
 from nats.js import api as jsapi
 from rich.console import Console
@@ -33,7 +35,7 @@ from mavjet.ops import resolve
 from mavjet.ops.console import console, is_tty
 from mavjet.ops.read import Record, caught_up, event_summary, event_time, format_event, to_record
 from mavjet.ops.resolve import connect
-from mavjet.ops.runner import run_cli
+from mavjet.ops.runner import StdoutClosed, run_cli
 
 READ_TIMEOUT_S = 30.0  # a bound only: a read ends when the stream has nothing more to deliver
 
@@ -157,14 +159,22 @@ async def run(args: argparse.Namespace) -> int:
         await nc.close()
         raise
     done = asyncio.Event()
+    stop = asyncio.Event()  # stdout's reader went away: the command ends (exit 0, a closed pipe)
     printed = 0
     show = event_printer(as_json=args.json)
 
     async def cb(msg: Msg) -> None:
         nonlocal printed
+        if stop.is_set():
+            return
         rec = to_record(msg)
         if rec is not None and (until is None or rec.time < until):
-            show(rec)
+            try:
+                show(rec)
+            except (BrokenPipeError, ValueError):  # a write to a pipe nobody reads (or a closed stdout)
+                stop.set()
+                done.set()
+                return
             printed += 1
         if msg.metadata.num_pending == 0:
             done.set()
@@ -177,10 +187,8 @@ async def run(args: argparse.Namespace) -> int:
         if args.follow:
             limit = parse_duration_s(args.duration) if args.duration else None
             try:
-                if limit is None:
-                    await asyncio.Event().wait()
-                else:
-                    await asyncio.sleep(limit)
+                with anyio.move_on_after(limit if limit is not None else math.inf):
+                    await stop.wait()
             finally:
                 await sub.unsubscribe()
         else:
@@ -189,6 +197,8 @@ async def run(args: argparse.Namespace) -> int:
             await sub.unsubscribe()
     finally:
         await nc.close()
+    if stop.is_set():
+        raise StdoutClosed
     return 0
 
 
