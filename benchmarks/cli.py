@@ -21,6 +21,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "uplink": ("mavjet.benchmarks.uplink", "command results and failsafe events over a thin uplink, shaping on and off"),
     "overload": ("mavjet.benchmarks.overload", "the ingest knee, then twice that fleet: what graceful overload keeps"),
     "scrape": ("mavjet.benchmarks.scrape", "what one /metrics scrape costs the gateway's process"),
+    "scale": ("mavjet.benchmarks.scale", "command consumers per gateway vs per vehicle, 100-10k vehicles: "
+                                         "server memory, re-bind, p99"),
+    "shadow-watch": ("mavjet.benchmarks.shadow_watch", "one shadow watch per gateway against one per vehicle: "
+                                                       "consumers, first values delivered"),
     "failover": ("mavjet.benchmarks.failover", "two gateways for a vehicle: takeover after SIGKILL, handover after "
                                                "SIGTERM, state gap, commands' results"),
 }
@@ -33,7 +37,7 @@ def usage() -> str:
              "The JSON goes to benchmarks/results/NAME-STAMP.json inside a checkout, to",
              "bench-NAME-STAMP.json in the working directory otherwise (STAMP: UTC time); --json FILE wins.", "",
              "benchmarks:"]
-    lines += [f"  {name:<10} {summary}" for name, (_, summary) in BENCHMARKS.items()]
+    lines += [f"  {name:<12} {summary}" for name, (_, summary) in BENCHMARKS.items()]
     lines += ["", "example: mavjet bench ingest --vehicles 1000 --duration 20"]
     return "\n".join(lines)
 

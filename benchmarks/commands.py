@@ -166,7 +166,7 @@ async def command_gateway(server: NatsServer, n: int, base: int, tmp: str) -> tu
 async def commands_ready(gw: Gateway, service: CommandService, timeout_s: float) -> None:
     """Every vehicle's consumer bound and every mode known, or RuntimeError after `timeout_s`."""
     for _ in range(int(timeout_s * 10)):  # a bounded poll: readiness spans many objects, no one event
-        if (len(service.loops) == len(gw.twins) and all(lp.binds for lp in service.loops.values())
+        if (len(service.lanes) == len(gw.twins) and all(lp.binds for lp in service.lanes.values())
                 and all(t.telemetry.mode for t in gw.twins.values())):
             return
         await anyio.sleep(0.1)

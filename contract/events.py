@@ -64,6 +64,15 @@ class EventType(StrEnum):
     LOG_DOWNLOADED = "log_downloaded"
     LOG_DOWNLOAD_FAILED = "log_download_failed"
     PARAM_VALUE = "param_value"  # internal: a PARAM_VALUE heard, for the shadow
+    # `mavjet rollout` (docs/rollout.md): fleet-level ones on fleet.<env>.rollout.<id>.evt.<type>,
+    # ROLLOUT_VEHICLE on the vehicle's own event subject. Published by the operator tool, not a gateway.
+    ROLLOUT_STARTED = "rollout_started"
+    ROLLOUT_WAVE = "rollout_wave"  # a wave ended (every vehicle in it converged or failed)
+    ROLLOUT_HALTED = "rollout_halted"  # failures exceeded the threshold
+    ROLLOUT_ABORTED = "rollout_aborted"
+    ROLLOUT_DONE = "rollout_done"
+    ROLLOUT_ROLLED_BACK = "rollout_rolled_back"
+    ROLLOUT_VEHICLE = "rollout_vehicle"  # one vehicle's outcome in a rollout
 
 
 class SpoolClass(StrEnum):
@@ -157,6 +166,13 @@ _SPECS = (
               fields=("log_id", "object", "content", "size_bytes", "sha256", "kib_s", "elapsed_s", "interruptions")),
     EventSpec(type=_E.LOG_DOWNLOAD_FAILED, fields=("log_id", "bytes", "reason")),
     EventSpec(type=_E.PARAM_VALUE, fields=("name", "value", "param_type"), internal=True),
+    EventSpec(type=_E.ROLLOUT_STARTED, fields=("rollout", "change", "targets", "waves", "max_failures", "selector")),
+    EventSpec(type=_E.ROLLOUT_WAVE, fields=("rollout", "wave", "waves", "vehicles", "converged", "failed")),
+    EventSpec(type=_E.ROLLOUT_HALTED, fields=("rollout", "wave", "failed", "reason")),
+    EventSpec(type=_E.ROLLOUT_ABORTED, fields=("rollout", "wave", "reason")),
+    EventSpec(type=_E.ROLLOUT_DONE, fields=("rollout", "converged", "failed", "duration_s")),
+    EventSpec(type=_E.ROLLOUT_ROLLED_BACK, fields=("rollout", "restored", "kept")),
+    EventSpec(type=_E.ROLLOUT_VEHICLE, fields=("rollout", "wave", "result", "failure", "detail", "desired_revision")),
 )
 
 #: The catalogue, by type, in EventType's order.

@@ -45,6 +45,7 @@ from nats.aio.client import __version__ as _installed_version
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 log = structlog.get_logger("mavjet.nats")
 
@@ -274,6 +275,50 @@ def client_of(js: JetStreamContext) -> Client:
     """
     nc: Client = js._nc
     return nc
+
+
+# -- JetStream domains: KV writes across a leaf node ------------------------------------
+
+DEFAULT_API_PREFIX = "$JS.API"
+
+
+def api_prefix(js: JetStreamContext) -> str:
+    """A context's JetStream API prefix: `$JS.API`, or `$JS.<domain>.API` for `nc.jetstream(domain=...)`."""
+    prefix = getattr(js, "_prefix", DEFAULT_API_PREFIX)
+    return prefix if isinstance(prefix, str) else DEFAULT_API_PREFIX
+
+
+def put_subject(js: JetStreamContext, subject: str) -> str:
+    """Where a KV write (`$KV.<bucket>.<key>`) goes from this context.
+
+    A leaf node with its own JetStream domain does not carry `$KV.` subjects to the hub: nats.go
+    therefore writes across a domain on `$JS.<domain>.API.$KV.<bucket>.<key>` (its `putPre`), which
+    the hub maps to the bucket. nats-py's KeyValue does not (measured with nats-server 2.15: "no
+    response from stream" on the plain subject, stored on the prefixed one).
+    """
+    prefix = api_prefix(js)
+    return subject if prefix == DEFAULT_API_PREFIX else f"{prefix}.{subject}"
+
+
+class _PrefixedPuts:
+    """A JetStream context for a KeyValue: its `$KV.` publishes go where `put_subject` says; the rest as is."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self._js = js
+
+    async def publish(self, subject: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._js.publish(put_subject(self._js, subject) if subject.startswith("$KV.") else subject,
+                                      *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._js, name)
+
+
+def key_value_across_domain(kv: KeyValue, js: JetStreamContext) -> KeyValue:
+    """`kv` as bound by `js.key_value(...)`, writing across `js`'s domain like nats.go (see `put_subject`)."""
+    if api_prefix(js) != DEFAULT_API_PREFIX:
+        kv._js = _PrefixedPuts(js)  # type: ignore[assignment]
+    return kv
 
 
 # -- the analytics reader: headers ---------------------------------------------------

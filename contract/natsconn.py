@@ -11,6 +11,7 @@ import base64
 import errno
 import json
 import os
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -104,10 +105,16 @@ class NatsOptions:
     tls_key: str | None = None
     connect_timeout_s: float = 2.0
     name: str = "mavjet"
+    # The JetStream domain the gateway's API calls go to. None: the connected server's. A gateway on a
+    # companion's leaf node names the hub's: its commands, shadow, leases and blobs are the hub's, while
+    # its events, published on their subjects, are taken by the leaf's own stream (docs/companion.md).
+    domain: str | None = None
 
     def __post_init__(self) -> None:
         if not self.servers:
             raise ConfigError("nats.servers", "at least one server URL is required")
+        if self.domain is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", self.domain):
+            raise ConfigError("nats.domain", f"{self.domain!r} is not a JetStream domain (letters, digits, - and _)")
         for s in self.servers:
             check_url(s)
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -151,3 +151,45 @@ def inflight_key(env: str, vid: str, cmd_id: str) -> str:
 def lease_kv_subject(key: str) -> str:
     """The stream subject of a lease key."""
     return f"$KV.{LEASES_BUCKET}.{key}"
+
+
+def presence_key(env: str, vid: str, gateway_id: str) -> str:
+    """KV key (TWIN_LEASES) of one gateway's presence record for a vehicle it stands by for (docs/ownership.md).
+
+    `gateway_id` is one token unique per process (`GatewayIdentity.key_id`), so two
+    standbys never share a key and a restarted one writes a new record.
+    """
+    return f"fleet.{env}.veh.{vid}.gw.{check_token('gateway id', gateway_id)}"
+
+
+def presence_filter(env: str, vid: str = "*") -> str:
+    """The stream subject of every presence record of `vid` (`*`: every vehicle), for readers' consumers."""
+    return lease_kv_subject(f"fleet.{env}.veh.{vid}.gw.*")
+
+
+# Fleet rollouts (docs/rollout.md): `mavjet rollout`'s state, so a killed operator process resumes it.
+ROLLOUTS_BUCKET = "TWIN_ROLLOUTS"
+
+
+def rollout_key(env: str, rollout_id: str) -> str:
+    """KV key (TWIN_ROLLOUTS) of one rollout's document; `rollout_id="*"` lists them."""
+    return f"fleet.{env}.rollout.{rollout_id}"
+
+
+def rollout_previous_key(env: str, rollout_id: str, vid: str) -> str:
+    """KV key (TWIN_ROLLOUTS) of the desired a rollout replaced on `vid`: what a rollback restores."""
+    return f"fleet.{env}.rollout.{rollout_id}.prev.{vid}"
+
+
+def tags_key(env: str, vid: str) -> str:
+    """KV key (TWIN_ROLLOUTS) of a vehicle's operator-set tags, which rollout selectors match with its `meta`."""
+    return f"fleet.{env}.veh.{vid}.tags"
+
+
+def rollout_event_subject(env: str, rollout_id: str, event_type: str) -> str:
+    """A rollout's fleet-level events (TWIN_EVENTS): start, each wave, halt, abort, done, rollback."""
+    return f"fleet.{env}.rollout.{rollout_id}.evt.{event_type}"
+
+
+def rollout_event_filter(env: str, rollout_id: str = "*") -> str:
+    return f"fleet.{env}.rollout.{rollout_id}.evt.>"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from mavjet.drivers.mavlink.command import CommandConfig as MavCommandConfig
 from mavjet.drivers.mavlink.link import LinkConfig
 from mavjet.drivers.mavlink.runner import ProtocolConfig
 from mavjet.drivers.mavlink.transport import Endpoint
+from mavjet.gateway.publish.digest import DigestConfig
 from mavjet.gateway.publish.uplink import UplinkConfig
 from mavjet.gateway.shadow.config import ShadowConfig
 from mavjet.gateway.twin.budget import EventBudgetConfig
@@ -101,6 +103,14 @@ def parse_route(spec: str) -> RouteConfig:
     return RouteConfig(endpoint=Endpoint.parse(ep.strip()), **kw)
 
 
+class ConsumerMode(StrEnum):
+    """How the gateway pulls its vehicles' commands from TWIN_CMD (docs/commands.md, Intake)."""
+
+    AUTO = "auto"  # VEHICLE for a gateway of one vehicle, else GATEWAY
+    VEHICLE = "vehicle"  # a durable consumer `gw_<vid>` per vehicle (MaxAckPending 1)
+    GATEWAY = "gateway"  # one durable consumer per gateway process, filtered to the vehicles it owns
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommandsConfig:
     """The `[commands]` table: TWIN_CMD consumer settings and the MAVLink command protocol settings.
@@ -122,8 +132,20 @@ class CommandsConfig:
     fetch_timeout_s: float = 5.0
     ledger_retention_s: float = 3600.0  # executed-id ledger; TWIN_CMD max_age (5m) bounds redelivery
     default_deadline_s: float = 30.0  # a command without a `deadline` expires this long after `issued`; 0: never
+    # TWIN_CMD consumers (docs/commands.md, Intake): one per gateway, or one per vehicle as before;
+    # `auto` is per vehicle for a gateway of one vehicle (a companion's credential names its consumer).
+    consumer: ConsumerMode = ConsumerMode.AUTO
+    max_ack_pending: int = 1000  # a gateway consumer's budget: commands in the gateway's hands at once
+    max_queued_per_vehicle: int = 16  # waiting behind a vehicle's running command; more are rejected at once
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "consumer", ConsumerMode(self.consumer))
+        except ValueError:
+            raise ConfigError("commands.consumer", f"{self.consumer!r}: one of "
+                              f"{', '.join(m.value for m in ConsumerMode)}") from None
+        if self.max_ack_pending < 1 or self.max_queued_per_vehicle < 1:
+            raise ConfigError("commands.max_ack_pending", "must be >= 1 (and max_queued_per_vehicle >= 1)")
         if self.ack_wait_s <= self.in_progress_interval_s:
             raise ConfigError("commands.ack_wait_s", "must exceed commands.in_progress_interval_s")
         if self.max_deliver < 1 or self.retries < 0:
@@ -186,6 +208,8 @@ class GatewayConfig:
     uvloop: bool = False
     routes: tuple[RouteConfig, ...] = ()
     tunnel: bool = False  # raw MAVLink over core NATS for every vehicle (a vehicle's `tunnel` overrides)
+    # A few channels, slowly, for a central cluster over leaf hubs (gateway/publish/digest.py); off by default.
+    digest: DigestConfig = field(default_factory=DigestConfig)
     track_hz: float = 1.0  # the flight recorder: position samples per second while armed (gateway/stores/recorder.py); 0: off
     # One owner per vehicle (TWIN_LEASES, docs/ownership.md): only the gateway holding a vehicle's lease
     # acts for it; False only where one gateway is certain to be alone (it then never checks).

@@ -28,6 +28,7 @@ from mavjet.drivers.mavlink.udphub import UdpHub
 from mavjet.gateway.config import GatewayConfig
 from mavjet.gateway.ownership.keeper import AlwaysOwner
 from mavjet.gateway.ownership.service import DaemonOwnership
+from mavjet.gateway.publish.digest import DigestPublisher
 from mavjet.gateway.publish.publisher import Publisher
 from mavjet.gateway.publish.spool import Spool
 from mavjet.gateway.runtime.metrics import GatewayMetrics
@@ -188,6 +189,8 @@ class Gateway:
         self._add_routes()
         if cfg.track_hz > 0:  # the flight recorder (gateway/stores/recorder.py): TWIN_TRACKS while armed
             self.services.append(TrackRecorder(cfg))
+        if cfg.digest.hz > 0:  # a central cluster's decimated state (gateway/publish/digest.py)
+            self.services.append(DigestPublisher(cfg.digest, env=cfg.env, instance=cfg.instance))
 
     def _add_routes(self) -> None:
         """Ground stations through the gateway (gateway/routes.py): `--route` endpoints and the NATS tunnel."""

@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run N processes that split the vehicles, one metrics endpoint (default 1; env MAVJET_WORKERS; "
                    "docs/deploy.md)")
     p.add_argument("--worker-slot", metavar="I/N", help=argparse.SUPPRESS)  # set by --workers for its processes
+    p.add_argument("--jetstream-domain", metavar="DOMAIN",
+                   help="the hub's JetStream domain, for a gateway on a companion's leaf node: commands, shadow, leases "
+                   "and blobs are the hub's, events stay in the leaf's own streams ([nats] domain; docs/companion.md)")
     p.add_argument("--no-commands", action="store_true", help="telemetry only: do not consume TWIN_CMD")
     p.add_argument("--no-shadow", action="store_true", help="do not reconcile TWIN_SHADOW desired documents")
     return p

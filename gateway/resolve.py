@@ -29,6 +29,7 @@ from mavjet.gateway.config import (
     parse_route,
     parse_vehicle,
 )
+from mavjet.gateway.publish.digest import DigestConfig
 from mavjet.gateway.publish.uplink import UplinkConfig
 from mavjet.gateway.shadow.config import ShadowConfig
 from mavjet.gateway.twin.budget import EventBudgetConfig
@@ -40,8 +41,9 @@ _TOP_KEYS = {
     "startup_timeout_s", "shutdown_timeout_s", "publish_timeout_s", "spool_max_events",
     "max_inflight_state", "uvloop", "publish_tick_s", "routes", "tunnel",
     "state_ack_every", "nats_backoff_initial_s", "nats_backoff_max_s", "track_hz", "workers", "ownership",
+    "digest",
 }
-_NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s"}
+_NATS_KEYS = {"servers", "creds", "tls_ca", "tls_cert", "tls_key", "connect_timeout_s", "domain"}
 
 
 def _check_keys(section: str, raw: Mapping[str, Any], allowed: set[str]) -> None:
@@ -156,7 +158,7 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     if isinstance(servers, str):
         servers = [s.strip() for s in servers.split(",")]
     nats_kw: dict[str, Any] = {"servers": tuple(_typed("nats.servers", servers, (list, tuple)))}
-    for k in ("creds", "tls_ca", "tls_cert", "tls_key"):
+    for k in ("creds", "tls_ca", "tls_cert", "tls_key", "domain"):
         if k in nats_raw:
             nats_kw["creds_file" if k == "creds" else k] = _typed(f"nats.{k}", nats_raw[k], str)
     if "connect_timeout_s" in nats_raw:
@@ -215,9 +217,10 @@ def build_config(raw: Mapping[str, Any], **overrides: Any) -> GatewayConfig:
     shadow = ShadowConfig.from_toml(_typed("shadow", raw.get("shadow", {}), dict))
     event_budget = _section("event_budget", EventBudgetConfig, _typed("event_budget", raw.get("event_budget", {}), dict))
     uplink = _section("uplink", UplinkConfig, _typed("uplink", raw.get("uplink", {}), dict))
+    digest = DigestConfig.from_toml(_typed("digest", raw.get("digest", {}), dict))
     return GatewayConfig(
         vehicles=tuple(vehicles), nats=NatsOptions(**nats_kw), rates_hz=rates, link=link, commands=commands,
-        shadow=shadow, event_budget=event_budget, uplink=uplink, **kw,
+        shadow=shadow, event_budget=event_budget, uplink=uplink, digest=digest, **kw,
     )
 
 
@@ -260,7 +263,8 @@ def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ:
     `flags` holds the command line's values with None for "not given" (the
     daemon's argparse defaults are None): `nats`, `env`, `creds`, `tls_ca`,
     `tls_cert`, `tls_key`, `vehicle` (a list of VID=ENDPOINT), `metrics_port`,
-    `metrics_host`, `state_dir`, `instance`, `uvloop`, `track_hz`, `workers`. Other keys are ignored.
+    `metrics_host`, `state_dir`, `instance`, `uvloop`, `track_hz`, `workers`, `jetstream_domain`. Other keys
+    are ignored.
     """
     nats_flag = flags.get("nats")
     servers = nats_flag if nats_flag is not None else environ.get(ENV_NATS)
@@ -288,6 +292,7 @@ def resolve_config(raw: Mapping[str, Any], *, flags: Mapping[str, Any], environ:
             if servers is not None else None,
             "creds_file": flags.get("creds"), "tls_ca": flags.get("tls_ca"),
             "tls_cert": flags.get("tls_cert"), "tls_key": flags.get("tls_key"),
+            "domain": flags.get("jetstream_domain"),
         },
         env=env,
         metrics_port=flags.get("metrics_port"),

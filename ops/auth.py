@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mavjet.contract.errors import ConfigError
+from mavjet.contract.events import EventType
 from mavjet.contract.natsconn import inbox_prefix_for_name
 from mavjet.contract.subjects import (
     BLOBS_BUCKET,
@@ -31,6 +32,7 @@ from mavjet.contract.subjects import (
     EVENTS_STREAM,
     LEASES_STREAM,
     LOGS_STREAM,
+    ROLLOUTS_BUCKET,
     SHADOW_BUCKET,
     SHADOW_STREAM,
     STATE_STREAM,
@@ -38,8 +40,10 @@ from mavjet.contract.subjects import (
     check_token,
     cmd_filter,
     command_consumer,
+    lease_key,
     lease_kv_subject,
     logs_prefix,
+    presence_filter,
     shadow_kv_subject,
     track_subject,
     veh_prefix,
@@ -62,6 +66,7 @@ from mavjet.ops.runner import run_cli
 API = "$JS.API"
 KV_STREAM = SHADOW_STREAM
 OBJ_STREAM = f"OBJ_{BLOBS_BUCKET}"
+ROLLOUTS_STREAM = f"KV_{ROLLOUTS_BUCKET}"
 ROLES = ("operator", "viewer", "analytics", "admin")
 MANIFEST = "auth.json"
 # A user JWT travels in the client's CONNECT line, which nats-server caps at 4 KiB by default:
@@ -103,6 +108,7 @@ def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:
             f"{p}.state.>",
             f"{p}.evt.>",
             f"{p}.mav.down",
+            f"{p}.digest.>",  # the slow state feed for a central cluster (gateway/publish/digest.py)
             # its own command consumer: created only with its own filter (the server checks
             # the filter in the subject against the request), read, pulled, acked
             f"{API}.CONSUMER.CREATE.{CMD_STREAM}.{consumer}.{cmd_filter(env, vid)}",
@@ -127,12 +133,36 @@ def vehicle_permissions(name: str, env: str, vids: list[str]) -> Permissions:
             track_subject(env, vid),  # the flight recorder's track (TWIN_TRACKS)
         ]
         sub.append(f"{p}.mav.up")
-        # ownership (docs/ownership.md): its own vehicles' leases and commands in flight in TWIN_LEASES,
-        # written by compare-and-set, read by a direct get whose subject names the key, and the lease's
-        # subject heard (a release wakes a standby); never another vehicle's
+        # ownership (docs/ownership.md): its own vehicles' keys in TWIN_LEASES, never another vehicle's:
+        # the lease and the commands in flight (written by compare-and-set) and a standby's presence
+        # records (put, deleted on a clean stop), one entry for the three to keep a hub's JWT short;
+        # read by a direct get whose subject names the key; the lease's subject heard (a release wakes
+        # a standby)
         leases = lease_kv_subject(f"{p}.lease")
-        pub += [leases, lease_kv_subject(f"{p}.cmd.>"), f"{API}.DIRECT.GET.{LEASES_STREAM}.{lease_kv_subject(p)}.>"]
+        pub += [f"{lease_kv_subject(p)}.>", f"{API}.DIRECT.GET.{LEASES_STREAM}.{lease_kv_subject(p)}.>"]
         sub.append(leases)
+    if len(vids) > 1:
+        # A hub gateway watches its vehicles' `desired` with one multi-filter consumer
+        # (gateway/shadow/watch.py), which the server accepts only on the unfiltered named create
+        # subject and cannot check against these keys: a hub may read every TWIN_SHADOW key
+        # (read-only; docs/security.md). Its consumer's info is the watch's periodic check.
+        pub += [f"{API}.CONSUMER.CREATE.{KV_STREAM}.*", f"{API}.CONSUMER.INFO.{KV_STREAM}.*"]
+    if len(vids) > 1:
+        # A hub gateway pulls its vehicles' commands through one consumer of its own, `gwx_<holder>`
+        # (gateway/commands/intake.py), named per process and filtered to the vehicles it owns now. A
+        # multi-filter create goes through the unfiltered subject, which the server cannot check against
+        # these vehicles, and a new owner takes a dead gateway's subjects out of its consumer: a hub may
+        # read and take any TWIN_CMD consumer's commands in its JetStream domain (docs/security.md).
+        # Vehicle credentials (one vehicle) keep the exact `gw_<vid>` entries above.
+        pub += [
+            f"{API}.CONSUMER.CREATE.{CMD_STREAM}.*",
+            f"{API}.CONSUMER.CREATE.{CMD_STREAM}.*.>",
+            f"{API}.CONSUMER.INFO.{CMD_STREAM}.*",
+            f"{API}.CONSUMER.DELETE.{CMD_STREAM}.*",
+            f"{API}.CONSUMER.LIST.{CMD_STREAM}",
+            f"{API}.CONSUMER.MSG.NEXT.{CMD_STREAM}.*",
+            f"$JS.ACK.{CMD_STREAM}.>",
+        ]
     return Permissions(pub_allow=pub, sub_allow=sub, pub_deny=[])
 
 
@@ -162,13 +192,23 @@ def _readers(name: str, streams: list[str]) -> list[str]:
     return pub
 
 
+def _gateways_readers(env: str) -> list[str]:
+    """Who serves each vehicle (`mavjet twin`, `mavjet fleet`): leases by direct get, presence records through
+    consumers created on their filtered subject; not the commands in flight beside them in TWIN_LEASES."""
+    return [
+        f"{API}.DIRECT.GET.{LEASES_STREAM}.{lease_kv_subject(lease_key(env, '*'))}",
+        f"{API}.CONSUMER.CREATE.{LEASES_STREAM}.*.{presence_filter(env)}",
+        f"{API}.CONSUMER.DELETE.{LEASES_STREAM}.*",
+    ]
+
+
 def role_permissions(role: str, env: str) -> Permissions:
     inbox = f"{inbox_prefix_for_name(role)}.>"
     if role == "admin":
         return Permissions(pub_allow=[">"], sub_allow=[">"], pub_deny=[])
     if role == "viewer":
         return Permissions(
-            pub_allow=_readers(role, [STATE_STREAM, EVENTS_STREAM, KV_STREAM, TRACKS_STREAM]),
+            pub_allow=[*_readers(role, [STATE_STREAM, EVENTS_STREAM, KV_STREAM, TRACKS_STREAM]), *_gateways_readers(env)],
             sub_allow=[inbox, f"fleet.{env}.veh.*.state.>", f"fleet.{env}.veh.*.evt.>", track_subject(env, "*")],
             pub_deny=[],
         )
@@ -180,10 +220,11 @@ def role_permissions(role: str, env: str) -> Permissions:
             pub_deny=[],
         )
     if role == "operator":
-        streams = [STATE_STREAM, EVENTS_STREAM, KV_STREAM, OBJ_STREAM, LOGS_STREAM, TRACKS_STREAM]
+        streams = [STATE_STREAM, EVENTS_STREAM, KV_STREAM, OBJ_STREAM, LOGS_STREAM, TRACKS_STREAM, ROLLOUTS_STREAM]
         return Permissions(
             pub_allow=[
                 *_readers(role, streams),
+                *_gateways_readers(env),
                 # TWIN_CMD: look, never pull or delete (a pull from gw_<vid> would take a vehicle's command)
                 f"{API}.STREAM.INFO.{CMD_STREAM}",
                 f"{API}.CONSUMER.INFO.{CMD_STREAM}.>",
@@ -194,6 +235,10 @@ def role_permissions(role: str, env: str) -> Permissions:
                 f"fleet.{env}.veh.*.mav.up",
                 f"$KV.{SHADOW_BUCKET}.fleet.{env}.veh.*.desired",
                 f"$O.{BLOBS_BUCKET}.>",
+                # fleet rollouts (docs/rollout.md): their state and tags, their events in the audit trail
+                f"$KV.{ROLLOUTS_BUCKET}.>",
+                f"fleet.{env}.rollout.*.evt.>",
+                f"fleet.{env}.veh.*.evt.{EventType.ROLLOUT_VEHICLE}",
             ],
             sub_allow=[">"],
             # Deny lists win over allow lists in the server: belt and braces for the destructive ones.

@@ -27,9 +27,11 @@ COMMANDS: dict[str, str] = {
     "mission": "store mission plans in TWIN_BLOBS",
     "blobs": "hash-addressed, resumable artifacts in TWIN_BLOBS: ls, get, put",
     "shadow": "read, write and watch shadow documents",
+    "rollout": "apply a shadow change to many vehicles in waves (canary, %), resumable, with rollback",
     "replay": "replay the audit trail with Spark into Parquet and a report",
     "synth": "publish a synthetic, deterministic event history (analytics test data)",
-    "bench": "benchmarks: ingest, commands, mixed, shadow, replay, uplink, consumers, overload, scrape, failover, compare",
+    "bench": "benchmarks: ingest, commands, mixed, shadow, replay, uplink, consumers, overload, scrape, scale, shadow-watch, "
+             "failover, compare",
     "monitor": "export JetStream stream health as Prometheus metrics",
     "backup": "back up streams, KV history and objects to a directory",
     "restore": "restore a backup into a server",

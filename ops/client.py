@@ -3,7 +3,11 @@
 Used by `mavjet cmd`, the demo's sortie, the command benchmark and the tests.
 One core subscription on `fleet.<env>.veh.*.evt.cmd_result` serves every
 command in flight (results are matched by `cmd_id`), opened *before* the
-first publish so a fast result cannot be missed. A command is `(vid, cmd_id)`:
+first publish so a fast result cannot be missed. At a central cluster over
+leaf hubs, events reach the centre only through its TWIN_EVENTS' sources
+(docs/deploy.md, "Central cluster over leaf hubs"), so there the client is
+made with `results_from_stream=True` and reads `cmd_result`s from that stream
+(an ordered consumer from now on) instead of a core subscription. A command is `(vid, cmd_id)`:
 results are matched on both, and a command is published with `Nats-Msg-Id`
 `<vid>:<id>`, so publishing it twice within the stream's duplicate window
 queues it once, and the second publish raises `DuplicateCommand` (the
@@ -25,6 +29,8 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from mavjet.contract import envelope
 from mavjet.contract.commands import (
@@ -37,6 +43,7 @@ from mavjet.contract.commands import (
 from mavjet.contract.errors import MavjetError
 from mavjet.contract.events import EventType
 from mavjet.contract.subjects import (
+    EVENTS_STREAM,
     cmd_subject,
     event_filter,
 )
@@ -92,12 +99,14 @@ def new_command_id() -> str:
 class CommandClient:
     """Publish commands and await their results. Use as `async with CommandClient(nc, env) as cc:`."""
 
-    def __init__(self, nc: Client, env: str, *, issuer: str = "mavjet-cli", publish_timeout_s: float = 5.0) -> None:
+    def __init__(self, nc: Client, env: str, *, issuer: str = "mavjet-cli", publish_timeout_s: float = 5.0,
+                 results_from_stream: bool = False) -> None:
         self.nc = nc
         self.js = nc.jetstream(timeout=publish_timeout_s)
         self.env = env
         self.issuer = issuer
-        self._sub: Subscription | None = None
+        self.results_from_stream = results_from_stream
+        self._sub: Subscription | JetStreamContext.PushSubscription | None = None
         # Keyed (vid, cmd_id); a waiter's vid may be ANY_VEHICLE.
         self._waiters: dict[tuple[str, str], asyncio.Future[Result]] = {}
         self._recent: OrderedDict[tuple[str, str], Result] = OrderedDict()
@@ -112,7 +121,14 @@ class CommandClient:
 
     async def start(self) -> None:
         if self._sub is None:
-            self._sub = await self.nc.subscribe(event_filter(self.env, "*", EventType.CMD_RESULT), cb=self._on_result)
+            subject = event_filter(self.env, "*", EventType.CMD_RESULT)
+            if self.results_from_stream:
+                # A leaf hub's events are not forwarded live to the centre (its leaf remote denies them):
+                # results arrive through the centre's TWIN_EVENTS, once each, also after a cut.
+                self._sub = await self.js.subscribe(subject, stream=EVENTS_STREAM, cb=self._on_result, ordered_consumer=True,
+                                                    config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW))
+            else:
+                self._sub = await self.nc.subscribe(subject, cb=self._on_result)
             await self.nc.flush()
 
     async def close(self) -> None:

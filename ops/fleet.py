@@ -14,6 +14,12 @@ The live view fits its terminal (80x24 is the smallest it plans for): the
 position column goes first when the width is short, long cells and event
 lines are cut to the width, and when the rows do not fit the height the table
 keeps as many as fit and says how many more there are. `--vid` filters by glob.
+OWNER is the gateway that published the link record (with ownership, the
+vehicle's owner); STBY the standbys whose presence records are live
+(docs/ownership.md, "Presence"), `-` when TWIN_LEASES cannot be read.
+HUB, shown only at a central cluster over leaf hubs, is the edge hub serving
+the vehicle: the `hub` its gateway's state digest names in the link record
+(gateway/publish/digest.py, docs/deploy.md "Central cluster over leaf hubs").
 The event feed shows what an operator acts on: every event but successful
 command results (the `cmd_result` of a failed, rejected or expired command
 stays); `--all-events` shows everything.
@@ -45,11 +51,14 @@ from mavjet.contract.units import parse_duration_s
 from mavjet.ops.console import live_screen, live_text
 from mavjet.ops.read import (
     STALE_AFTER_S,
+    GatewaySeen,
+    PresenceFeed,
     Record,
     caught_up,
     current_state,
     events_since,
     format_event,
+    read_presence,
     staleness,
     to_record,
 )
@@ -90,6 +99,22 @@ class FleetView:
     stale_after_s: float = STALE_AFTER_S
     vid_glob: str = "*"
     all_events: bool = False
+    # (vid, gateway id) -> a standby's presence record; None: TWIN_LEASES not readable (STBY shows "-")
+    presence: dict[tuple[str, str], GatewaySeen] | None = field(default_factory=dict)
+
+    def on_presence(self, vid: str, gateway_id: str, seen: GatewaySeen | None) -> None:
+        if self.presence is None or not fnmatch.fnmatchcase(vid, self.vid_glob):
+            return
+        if seen is None:
+            self.presence.pop((vid, gateway_id), None)
+        else:
+            self.presence[(vid, gateway_id)] = seen
+
+    def standbys(self, vid: str, now: dt.datetime) -> int | None:
+        """How many standbys of `vid` are live (a record past its staleness rule counts as gone)."""
+        if self.presence is None:
+            return None
+        return sum(1 for (v, _), s in self.presence.items() if v == vid and not s.gone(now))
 
     def on_state(self, r: Record) -> None:
         if fnmatch.fnmatchcase(r.vid, self.vid_glob):
@@ -131,8 +156,14 @@ class FleetView:
                 # The gateway that published the link record: with ownership, the vehicle's owner.
                 str(link.data.get("gateway") or "-") if link else "-",
                 "-" if fresh.age_s is None else f"{fresh.age_s:.1f}s",
+                "-" if (n := self.standbys(vid, now)) is None else str(n),
+                *([str(link.data.get("hub") or "-") if link else "-"] if self.has_hubs() else []),
             ])
         return rows
+
+    def has_hubs(self) -> bool:
+        """At a central cluster: some vehicle's link record names its edge hub (the HUB column)."""
+        return any(ch == "link" and r.data.get("hub") for (_, ch), r in self.state.items())
 
     def to_json(self, now: dt.datetime) -> dict[str, object]:
         """What `--once --json` prints: a row per vehicle with its staleness, and the feed."""
@@ -141,9 +172,14 @@ class FleetView:
             chans = {ch: r for (v, ch), r in self.state.items() if v == vid}
             fresh = staleness(chans, now, self.stale_after_s)
             status = chans["status"].data if "status" in chans else {}
+            link = chans["link"].data if "link" in chans else {}
             vehicles.append({
                 "vid": vid, "stale": fresh.stale, "stale_reason": fresh.reason,
                 "age_s": None if fresh.age_s is None else round(fresh.age_s, 3),
+                # Who serves it: the owner's holder (its link record), live standbys (None: not readable).
+                "owner": link.get("owner") or link.get("gateway"), "standbys": self.standbys(vid, now),
+                # At a central cluster over leaf hubs: the edge hub serving it (None elsewhere).
+                "hub": link.get("hub"),
                 # A stale row's last values are history: they are given, but under `last`.
                 **({"last": {ch: r.data for ch, r in chans.items()}} if fresh.stale else
                    {"mode": status.get("mode"), "armed": status.get("armed"),
@@ -154,12 +190,14 @@ class FleetView:
 
     def render(self, now: dt.datetime, title: str = "", *, width: int | None = None, height: int | None = None) -> str:
         """The table and the feed; with `width`/`height` (a terminal's), cut to fit them."""
-        head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "OWNER", "AGE"]
+        head = ["VEHICLE", "MODE", "ARMED", "POSITION", "ALT m", "GS m/s", "BATT", "LINK", "OWNER", "AGE", "STBY"]
         rows = self.rows(now)
+        if rows and len(rows[0]) > len(head):
+            head.append("HUB")  # a central cluster's rows name their hub (has_hubs)
         if width is not None and _table_width(head, rows) > width:
-            # The owner (which gateway) goes first, then the position: the rest is what a glance needs.
-            head = head[:8] + head[9:]
-            rows = [r[:8] + r[9:] for r in rows]
+            # Who serves it (owner, standbys) goes first, then the position: the rest is what a glance needs.
+            head = head[:8] + head[9:10]
+            rows = [r[:8] + r[9:10] for r in rows]
         if width is not None and _table_width(head, rows) > width:
             head = head[:3] + head[4:]
             rows = [r[:3] + r[4:] for r in rows]
@@ -217,10 +255,18 @@ async def follow(nc: Client, env: str, view: FleetView, *, event_history: int = 
     since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
     ecfg = jsapi.ConsumerConfig(deliver_policy=jsapi.DeliverPolicy.BY_START_TIME, opt_start_time=since)
     esub = await js.subscribe(event_filter(env), cb=on_event, ordered_consumer=True, config=ecfg)
+    presence = PresenceFeed(nc, env)
+    feed: PresenceFeed | None = presence
+    try:
+        await presence.start(view.on_presence)
+    except Exception:  # TWIN_LEASES not provisioned, or a credential without it: STBY shows "-"
+        view.presence, feed = None, None
     if caught_up_s > 0:
         await caught_up(ssub, state_done, timeout_s=caught_up_s)
         await caught_up(esub, events_done, timeout_s=caught_up_s)
-    return [ssub, esub]
+        if feed is not None:
+            await feed.caught_up(caught_up_s)
+    return [ssub, esub] if feed is None else [ssub, esub, feed]
 
 
 async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S, vid_glob: str = "*",
@@ -233,6 +279,12 @@ async def snapshot(nc: Client, env: str, *, stale_after_s: float = STALE_AFTER_S
     since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
     for e in await events_since(js, env, since=since, last=view.events.maxlen):
         view.on_event(e)
+    standbys = await read_presence(nc, env)
+    if standbys is None:
+        view.presence = None
+    else:
+        for s in standbys:
+            view.on_presence(s.vid, s.holder, s)
     return view
 
 
@@ -271,7 +323,10 @@ async def show(nc: Client, env: str, *, refresh_s: float, duration_s: float | No
         return view
     finally:
         for s in subs:
-            await s.unsubscribe()  # type: ignore[attr-defined]
+            if isinstance(s, PresenceFeed):
+                await s.stop()
+            else:
+                await s.unsubscribe()  # type: ignore[attr-defined]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -100,6 +100,8 @@ def _stream_config(raw: dict[str, Any], env: str, replicas: int) -> jsapi.Stream
         # nats-server 2.15 caps a stream whose max_consumers is unset at 1,000 consumers;
         # TWIN_CMD has one durable consumer per vehicle, so it names its own limit.
         max_consumers=int(raw.get("max_consumers", -1)),
+        # A latest-wins stream that keeps one sample per subject (a hub's TWIN_DIGEST, deploy/central/).
+        max_msgs_per_subject=int(raw.get("max_msgs_per_subject", -1)),
         discard=jsapi.DiscardPolicy(raw.get("discard", "old")),
         duplicate_window=parse_duration_s(raw.get("duplicate_window", "2m")),
         allow_rollup_hdrs=bool(raw.get("allow_rollup_hdrs", False)),
@@ -317,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mavjet provision",
         description="Create or update the twin's streams (TWIN_STATE, TWIN_EVENTS, TWIN_CMD, TWIN_LOGS, ...), "
-        "TWIN_SHADOW, TWIN_LEASES and TWIN_BLOBS from the definitions in deploy/jetstream/. Safe to run again.",
+        "TWIN_SHADOW, TWIN_LEASES, TWIN_ROLLOUTS and TWIN_BLOBS from the definitions in deploy/jetstream/. Safe to run again.",
     )
     natsconn.add_nats_arguments(p)
     p.add_argument("--replicas", type=int, default=1, help="1 on a single server, 3 on a cluster (default: 1)")

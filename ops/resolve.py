@@ -71,7 +71,7 @@ class UnknownVehicle(MavjetError):
     def __init__(self, env: str, vid: str, *, forceable: str = "") -> None:
         hint = f", or --force to {forceable}" if forceable else ""
         super().__init__(f"no gateway has registered vehicle {vid} in env {env!r} (no state, shadow, TWIN_CMD "
-                         f"consumer gw_{vid} or events): check the id with `mavjet fleet`{hint}")
+                         f"consumer or events): check the id with `mavjet fleet`{hint}")
         self.env = env
         self.vid = vid
 

@@ -181,6 +181,11 @@ class SimVehicle(VehicleModel):
         table = self._drop_in if incoming else self._drop_out
         table[msg_type] = table.get(msg_type, 0) + count
 
+    def clear_drops(self) -> None:
+        """Lose nothing more (end every `drop_next`)."""
+        self._drop_out.clear()
+        self._drop_in.clear()
+
     # ------------------------------------------------------------------ lifecycle
     async def listen(self) -> None:
         loop = asyncio.get_running_loop()

@@ -11,10 +11,14 @@ The wire format (names, parameters, body codec, result kinds) is in
   gateway restarts.
 - `recovery` — what each command does when it was in flight at a crash
   (confirm from the vehicle's state, send again, or end `unknown`).
-- `executor` — one command message from fetch to ack/nak/term and its single
-  `cmd_result` event.
-- `consumer` — the gateway service: one durable pull consumer per vehicle,
-  one command at a time per vehicle, re-created when NATS restarts.
+- `executor` — one command delivery from fetch to ack/term/retry/hand-back and
+  its single `cmd_result` event; `delivery` — the delivery as it sees it.
+- `lane` — one vehicle's commands in the gateway's hands: one at a time, in
+  order, retries held, a bounded queue.
+- `intake` — the TWIN_CMD consumers feeding the lanes: one per gateway (per
+  500 vehicles), filtered to the vehicles it owns, or `gw_<vid>` per vehicle;
+  `pull` — their pull requests.
+- `consumer` — the gateway service wiring ledger, lanes and intakes.
 
 Publishing commands and waiting for results is `mavjet.ops.client`.
 """

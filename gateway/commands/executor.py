@@ -40,7 +40,6 @@ from typing import TypeVar
 
 import anyio
 import structlog
-from nats.aio.msg import Msg
 
 from mavjet.contract import envelope
 from mavjet.contract.commands import (
@@ -55,7 +54,7 @@ from mavjet.contract.errors import LinkError
 from mavjet.contract.events import EventType
 from mavjet.contract.subjects import event_subject
 from mavjet.gateway.commands.actions import ActionContext, Outcome, run_action
-from mavjet.gateway.commands.keepalive import KeepAlives
+from mavjet.gateway.commands.delivery import CommandDelivery
 from mavjet.gateway.commands.ledger import CommandLedger, LedgerEntry, in_flight_entry
 from mavjet.gateway.commands.recovery import CONFIRMED_DETAIL, RecoveryVerdict
 from mavjet.gateway.commands.shared import LedgerUnavailable
@@ -79,7 +78,7 @@ class Disposition(StrEnum):
     """What the executor did with one delivery (counted per vehicle in `VehicleCommands.dispositions`)."""
 
     ACK = "ack"  # finished, accepted: acked (double ack)
-    NAK = "nak"  # not finished (link down, temporarily rejected): redelivered after nak_delay_s
+    NAK = "nak"  # not finished (link down, temporarily rejected): run again by its lane after nak_delay_s
     TERM = "term"  # finished, not accepted: terminated, never redelivered
     DUPLICATE = "duplicate"  # already in the ledger: acked without executing again
     # Not the vehicle's owner (a standby, or fenced mid-command): handed back at once without a result,
@@ -109,7 +108,6 @@ class CommandExecutor:
         metrics: GatewayMetrics,
         cfg: CommandsConfig,
         env: str,
-        keepalives: KeepAlives,
         foreground: Foreground | None = None,
     ) -> None:
         self.foreground = foreground or Foreground()
@@ -120,7 +118,6 @@ class CommandExecutor:
         self.metrics = metrics
         self.cfg = cfg
         self.env = env
-        self.keepalives = keepalives  # the command service's: one task sends every command's in_progress
         self.result_subject = event_subject(env, vehicle.vid, EventType.CMD_RESULT)
         self.handled = 0
         self.duplicates = 0
@@ -133,7 +130,7 @@ class CommandExecutor:
         vehicle.subscribe(self._on_event)
 
     # -- entry point -------------------------------------------------------
-    async def handle(self, msg: Msg) -> Disposition:
+    async def handle(self, msg: CommandDelivery) -> Disposition:
         """Process one delivery; returns what was done with it."""
         if not self.vehicle.may_act():  # a pull answered just after this gateway lost the vehicle
             return await self._hand_back(msg, "not the vehicle's owner")
@@ -146,11 +143,43 @@ class CommandExecutor:
                 # Without the shared rows the command cannot be made safe across gateways: later.
                 log.warning("command_ledger_unavailable", vehicle=self.vid, error=str(exc),
                             delay_s=self.cfg.nak_delay_s)
-                await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
+                msg.retry_later(self.cfg.nak_delay_s)
                 return Disposition.NAK
 
-    async def hand_back(self, msg: Msg, why: str) -> Disposition:
+    async def hand_back(self, msg: CommandDelivery, why: str) -> Disposition:
         return await self._hand_back(msg, why)
+
+    async def refuse(self, msg: CommandDelivery, detail: str) -> Disposition | None:
+        """End a delivery the vehicle's lane has no room for: `rejected` with `detail`, sent nowhere.
+
+        Runs beside the vehicle's running command, so it touches none of that command's state.
+        A command already finished is acked as a duplicate; one in flight (a previous owner's)
+        is not refused (None): it must be recovered, in its turn.
+        """
+        if not self.vehicle.may_act():
+            return await self._hand_back(msg, "not the vehicle's owner")
+        name, delivered = _name(msg.subject), msg.delivered
+        cmd_id, issued_ns = _fallback_id(msg, self.vid), None
+        try:
+            cmd, _ = decode(name, msg.data, self.vehicle.telemetry.modes,
+                            max_payload_bytes=self.cfg.max_payload_bytes, fallback_id=cmd_id)
+            cmd_id, issued_ns = cmd.cmd_id, cmd.issued_ns
+        except CommandInvalid as exc:
+            cmd_id = exc.cmd_id or cmd_id
+        try:
+            prior = await self.ledger.lookup(self.vid, cmd_id, redelivered=delivered > 1)
+            if prior is not None and prior.in_flight:
+                return None
+            if prior is not None:
+                await self._already_done(msg, prior)
+                return Disposition.DUPLICATE
+            await self._final(msg, Outcome(result=CmdResult.REJECTED, detail=detail), cmd_id=cmd_id, name=name,
+                              issued_ns=issued_ns, delivered=delivered, running=False)
+        except _NotOwner as exc:
+            return await self._hand_back(msg, str(exc))
+        except LedgerUnavailable:
+            return None  # its turn will tell whether it is known elsewhere
+        return Disposition.TERM
 
     def _on_event(self, ev: Event) -> None:
         texts = self._texts
@@ -160,11 +189,11 @@ class CommandExecutor:
             if isinstance(text, str) and text and isinstance(severity, int) and severity <= TEXT_MAX_SEVERITY:
                 texts.append(text)
 
-    async def _hand_back(self, msg: Msg, why: str) -> Disposition:
+    async def _hand_back(self, msg: CommandDelivery, why: str) -> Disposition:
         """Give the delivery back at once, nothing written: whoever owns the vehicle settles it."""
         self.handed_back += 1
         log.warning("command_handed_back", vehicle=self.vid, reason=why)
-        await _quietly(msg.nak())
+        await _quietly(msg.hand_back())
         return Disposition.HANDED_BACK
 
     def _check_owner(self, where: str) -> None:
@@ -172,15 +201,12 @@ class CommandExecutor:
         if not self.vehicle.may_act():
             raise _NotOwner(f"not the vehicle's owner {where}")
 
-    async def _handle(self, msg: Msg) -> Disposition:
+    async def _handle(self, msg: CommandDelivery) -> Disposition:
         self.handled += 1
         self._received_s, received_ns = time.monotonic(), time.time_ns()
-        name = msg.subject.split(".", 5)[-1] if msg.subject.count(".") >= 5 else msg.subject
-        md = msg.metadata
-        delivered = int(md.num_delivered or 1)
-        headers = msg.headers or {}
-        fallback_id = (_id_from_msg_id(headers.get("Nats-Msg-Id"), self.vid)
-                       or f"{self.vid}:seq:{md.sequence.stream if md.sequence else 0}")
+        name = _name(msg.subject)
+        delivered = msg.delivered
+        fallback_id = _fallback_id(msg, self.vid)
         try:
             cmd, defn = decode(name, msg.data, self.vehicle.telemetry.modes,
                                max_payload_bytes=self.cfg.max_payload_bytes, fallback_id=fallback_id)
@@ -209,7 +235,7 @@ class CommandExecutor:
             return await self._recover(msg, cmd, defn, prior, deadline_ns=deadline_ns, delivered=delivered)
         return await self._execute(msg, cmd, defn, deadline_ns, delivered)
 
-    def _expired(self, msg: Msg, cmd: Command, deadline_ns: int | None, delivered: int,
+    def _expired(self, msg: CommandDelivery, cmd: Command, deadline_ns: int | None, delivered: int,
                  why: str = "before execution") -> Awaitable[None] | None:
         """The `expired` ending if the deadline has passed (awaitable), else None."""
         now_ns = time.time_ns()
@@ -219,7 +245,7 @@ class CommandExecutor:
         out = Outcome(result=CmdResult.EXPIRED, detail=f"deadline passed {late_ms:.0f} ms {why}")
         return self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
 
-    async def _execute(self, msg: Msg, cmd: Command, defn: CommandDef, deadline_ns: int | None,
+    async def _execute(self, msg: CommandDelivery, cmd: Command, defn: CommandDef, deadline_ns: int | None,
                        delivered: int) -> Disposition:
         expired = self._expired(msg, cmd, deadline_ns, delivered)
         if expired is not None:
@@ -272,19 +298,19 @@ class CommandExecutor:
                 await self.ledger.clear_in_flight(self.vid, cmd.cmd_id)
         return await self._settle(msg, cmd, out, delivered)
 
-    async def _settle(self, msg: Msg, cmd: Command, out: Outcome, delivered: int) -> Disposition:
+    async def _settle(self, msg: CommandDelivery, cmd: Command, out: Outcome, delivered: int) -> Disposition:
         if out.retry:
             if delivered < self.cfg.max_deliver:
                 log.info("command_retry_later", vehicle=self.vid, cmd_id=cmd.cmd_id, name=cmd.name,
                          reason=out.detail, delivered=delivered, delay_s=self.cfg.nak_delay_s)
-                await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
+                msg.retry_later(self.cfg.nak_delay_s)
                 return Disposition.NAK
             out.detail = f"{out.detail}; gave up after {delivered} deliveries"
         await self._final(msg, out, cmd_id=cmd.cmd_id, name=cmd.name, issued_ns=cmd.issued_ns, delivered=delivered)
         return Disposition.ACK if out.result is CmdResult.ACCEPTED else Disposition.TERM
 
     # -- a command in flight at a crash ------------------------------------
-    async def _recover(self, msg: Msg, cmd: Command, defn: CommandDef, prior: LedgerEntry, *,
+    async def _recover(self, msg: CommandDelivery, cmd: Command, defn: CommandDef, prior: LedgerEntry, *,
                        deadline_ns: int | None, delivered: int) -> Disposition:
         """Settle a command that may have reached the vehicle (its rule: `defn.recovery`)."""
         rule = defn.recovery
@@ -307,7 +333,7 @@ class CommandExecutor:
         if verdict is None:  # the vehicle cannot be read now: later, while time is left
             past = deadline_ns is not None and time.time_ns() > deadline_ns
             if not past and delivered < self.cfg.max_deliver:
-                await _quietly(msg.nak(delay=self.cfg.nak_delay_s))
+                msg.retry_later(self.cfg.nak_delay_s)
                 return Disposition.NAK
             out = Outcome(result=CmdResult.UNKNOWN, detail=f"{not_resent}: the vehicle could not be read")
         elif verdict is RecoveryVerdict.DONE:
@@ -325,22 +351,21 @@ class CommandExecutor:
         return Disposition.ACK if out.result is CmdResult.ACCEPTED else Disposition.TERM
 
     # -- the ledger --------------------------------------------------------
-    async def _already_done(self, msg: Msg, entry: LedgerEntry) -> None:
+    async def _already_done(self, msg: CommandDelivery, entry: LedgerEntry) -> None:
         self.duplicates += 1
         log.info("command_duplicate", vehicle=self.vid, cmd_id=entry.cmd_id, result=entry.result,
                  spooled=entry.spooled)
         if not entry.spooled:  # the crash came between ledger and spool: the one result is still owed
             self._check_owner("to publish its result")
             await self._spool(entry)
-        await _quietly(msg.ack_sync(timeout=self.cfg.fetch_timeout_s))
+        await _quietly(msg.ack_sync(self.cfg.fetch_timeout_s))
 
-    async def _hand_over(self, msg: Msg, entry: LedgerEntry) -> None:
+    async def _hand_over(self, msg: CommandDelivery, entry: LedgerEntry) -> None:
         """The result to the stream at once where that keeps the vehicle's events in order, else to the spool.
 
         Either way it is durable before the command is acked: in the stream, or in the spool.
         """
-        published = await self._keeping_alive(
-            msg, lambda _ctx: self.nats.publish_event_now(entry.subject, entry.msg_id, entry.payload))
+        published = await self.nats.publish_event_now(entry.subject, entry.msg_id, entry.payload)
         if published:
             self.ledger.mark_spooled(entry.vid, entry.cmd_id)
         else:
@@ -351,11 +376,13 @@ class CommandExecutor:
         await self.nats.flush_pending_to_spool()
         self.ledger.mark_spooled(entry.vid, entry.cmd_id)
 
-    async def _final(self, msg: Msg, out: Outcome, *, cmd_id: str, name: str, issued_ns: int | None,
-                     delivered: int) -> None:
+    async def _final(self, msg: CommandDelivery, out: Outcome, *, cmd_id: str, name: str, issued_ns: int | None,
+                     delivered: int, running: bool = True) -> None:
         now_ns = time.time_ns()
         latency_ms = 0.0 if issued_ns is None else (now_ns - issued_ns) / 1e6
-        texts, self._texts = self._texts, None
+        texts: list[str] | None = None
+        if running:  # the vehicle's words belong to the command that runs (a refusal beside it has none)
+            texts, self._texts = self._texts, None
         if texts:
             out.extra = {**out.extra, "vehicle_text": texts}
         data = self.vehicle.telemetry.snapshot()
@@ -387,27 +414,38 @@ class CommandExecutor:
         # The name is the subject's last token, chosen by the publisher: bound the metric's label values.
         command = name if name in CATALOGUE else "unknown"
         self.metrics.commands.labels(command=command, result=out.result.value).inc()
-        self.metrics.command_duration.labels(command=command, result=out.result.value).observe(
-            time.monotonic() - self._received_s)
+        if running:
+            self.metrics.command_duration.labels(command=command, result=out.result.value).observe(
+                time.monotonic() - self._received_s)
         # Handed over above: counted and passed to the vehicle's subscribers only.
         self.vehicle.publish_event(Event(EventType.CMD_RESULT, now_ns, data, msg_id), payload=entry.payload, enqueue=False)
         log.info("command_finished", vehicle=self.vid, cmd_id=cmd_id, name=name, result=out.result,
                  mav_result=out.mav_result, detail=out.detail, attempts=out.attempts, deliveries=delivered,
                  latency_ms=round(latency_ms, 1))
         if out.result is CmdResult.ACCEPTED:
-            await _quietly(msg.ack_sync(timeout=self.cfg.fetch_timeout_s))  # double ack: the server confirms
+            await _quietly(msg.ack_sync(self.cfg.fetch_timeout_s))  # double ack: the server confirms
         else:
             await _quietly(msg.term())
 
     # -- execution ---------------------------------------------------------
-    async def _keeping_alive(self, msg: Msg, work: Callable[[ActionContext], Awaitable[T]]) -> T:
-        """Run `work` (an action or a recovery read) while `in_progress` acks keep the message."""
-        with self.keepalives.holding(lambda: _quietly(msg.in_progress())):
-            return await work(ActionContext(vehicle=self.vehicle, nats=self.nats))
+    async def _keeping_alive(self, msg: CommandDelivery, work: Callable[[ActionContext], Awaitable[T]]) -> T:
+        """Run `work` (an action or a recovery read); the lane's `in_progress` acks keep the message meanwhile."""
+        return await work(ActionContext(vehicle=self.vehicle, nats=self.nats))
 
 
 class _NotOwner(Exception):
     """This gateway may not act for the vehicle (any more): the delivery is handed back."""
+
+
+def _name(subject: str) -> str:
+    """The command's name: the last token of `fleet.<env>.veh.<vid>.cmd.<name>`."""
+    return subject.split(".", 5)[-1] if subject.count(".") >= 5 else subject
+
+
+def _fallback_id(msg: CommandDelivery, vid: str) -> str:
+    """The command id when its body cannot say: its Nats-Msg-Id, else its stream sequence."""
+    headers = msg.headers or {}
+    return _id_from_msg_id(headers.get("Nats-Msg-Id"), vid) or f"{vid}:seq:{msg.stream_seq}"
 
 
 def _id_from_msg_id(msg_id: str | None, vid: str) -> str | None:

@@ -46,14 +46,22 @@ class KeepAlives:
     @contextmanager
     def holding(self, in_progress: InProgress) -> Iterator[None]:
         """Send `in_progress()` every `every_s` while the block runs (from `run`, never from here)."""
+        token = self.hold(in_progress)
+        try:
+            yield
+        finally:
+            self.release(token)
+
+    def hold(self, in_progress: InProgress) -> int:
+        """Send `in_progress()` every `every_s` until `release(token)` (a lane holds a delivery across tasks)."""
         self._last_token += 1
         token = self._last_token
         self._held[token] = (time.monotonic() + self.every_s, in_progress)
         self._added.set()
-        try:
-            yield
-        finally:
-            self._held.pop(token, None)
+        return token
+
+    def release(self, token: int) -> None:
+        self._held.pop(token, None)
 
     async def run(self) -> None:
         """Forever: sleep until the oldest entry is due, send its `in_progress`, put it last."""

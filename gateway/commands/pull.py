@@ -1,4 +1,4 @@
-"""One command at a time from a vehicle's pull consumer, with no exception when none comes.
+"""Commands from a pull consumer as they come, with no exception when none comes.
 
 An idle vehicle's loop waits for its next command in pull requests of
 `fetch_timeout_s`. nats-py's `fetch(1, timeout)` ends every idle request in
@@ -45,43 +45,60 @@ ANSWER_GRACE_S = 2.0
 
 
 class PullOne:
-    """`next(expires_s)`: the vehicle's next command, or `None` when the request ended without one."""
+    """`next(expires_s)`: the consumer's next command, or `None` when the request ended without one.
 
-    def __init__(self, psub: Any) -> None:
+    `batch` is how many commands one pull request asks for: 1 for a vehicle's
+    own consumer (MaxAckPending 1), more for a gateway's consumer, whose
+    commands are handed out one by one as they arrive while the request stays
+    open until it has `batch` of them or expires.
+    """
+
+    def __init__(self, psub: Any, *, batch: int = 1) -> None:
         self.psub = psub
+        self.batch = max(1, batch)
         self._internals = PullInternals.of(psub)
         self.fast = self._internals is not None
         self.answered = True  # False after a request the server never ended (see module docstring)
         self.conflicts = 0  # requests the server refused at once (409), each followed by a short pause
+        self._owed = 0  # commands the open request may still bring (0: no request open)
+        self._ends_at = 0.0  # monotonic time by which the server must have ended the open request
 
     async def next(self, expires_s: float) -> Msg | None:
         internals = self._internals
         if not self.fast or internals is None:
             return await self._fetch(expires_s)
         queue = internals.queue
-        while not queue.empty():  # leftovers: a late command of an unanswered request, or stale statuses
-            msg = internals.taken(queue.get_nowait())
-            if _status(msg) is None:
-                return msg
-        expires_ns = int(expires_s * 1e9)
-        await internals.request(json.dumps({"batch": 1, "expires": expires_ns}).encode())
-        self.answered = False
-        with anyio.move_on_after(expires_s + ANSWER_GRACE_S):
+        if not self._owed:
+            while not queue.empty():  # leftovers: a late command of an unanswered request, or stale statuses
+                msg = internals.taken(queue.get_nowait())
+                if _status(msg) is None:
+                    return msg
+            expires_ns = int(expires_s * 1e9)
+            await internals.request(json.dumps({"batch": self.batch, "expires": expires_ns}).encode())
+            self._owed = self.batch
+            self._ends_at = anyio.current_time() + expires_s + ANSWER_GRACE_S
+            self.answered = False
+        with anyio.move_on_after(max(0.0, self._ends_at - anyio.current_time())):
             while True:
                 msg = internals.taken(await queue.get())
                 status = _status(msg)
                 if status is None:
                     self.answered = True
+                    self._owed -= 1  # the request ends with its last command, without a status
                     return msg
                 if status == _HEARTBEAT:
                     continue
                 if status in _ENDED:
                     self.answered = True
+                    self._owed = 0
                     if status == _CONFLICT:
                         self.conflicts += 1
                         await anyio.sleep(CONFLICT_PAUSE_S)
                     return None
+                self._owed = 0
                 raise APIError.from_msg(msg)
+        self._owed = 0
+        self.answered = False  # the server never ended the request
         return None
 
     async def _fetch(self, expires_s: float) -> Msg | None:

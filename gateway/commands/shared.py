@@ -29,6 +29,7 @@ TWIN_CMD's (5 min), which bounds how late a redelivery can come.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 
 import anyio
@@ -46,6 +47,9 @@ __all__ = ["LedgerUnavailable", "SharedLedger", "decode_entry", "encode_entry"]
 log = structlog.get_logger("mavjet.commands")
 
 WRITE_TIMEOUT_S = 2.0
+# How many keys' last revisions are remembered. Only a command's own rows and a redelivery soon after
+# need one; a key forgotten costs a conflict and a read, never a wrong write (compare-and-set).
+LAST_REVISIONS = 50_000
 _VERSION = 1
 
 
@@ -73,13 +77,16 @@ class SharedLedger:
     """`Ledger`'s interface (what the executor uses), with the rows also in TWIN_LEASES (module docstring)."""
 
     def __init__(self, local: Ledger, store: LeaseStore, *, env: str, holder: str,
-                 token: Callable[[str], int | None]) -> None:
+                 token: Callable[[str], int | None], last_revisions: int = LAST_REVISIONS) -> None:
         self.local = local
         self.store = store
         self.env = env
         self.holder = holder
         self.token = token  # the fencing token of this gateway's term for a vehicle (None: not the owner)
-        self._last: dict[Key, int] = {}  # the key's last revision as this gateway knows it (0: never written)
+        # The key's last revision as this gateway knows it (absent: 0, never written), least recently
+        # used first: bounded by evicting the oldest, so a command in flight is never forgotten mid-way.
+        self._last: OrderedDict[Key, int] = OrderedDict()
+        self._last_max = last_revisions
         send, recv = anyio.create_memory_object_stream[tuple[str, bytes, Key]](math.inf)
         self._outcomes_in, self._outcomes_out = send, recv
         self.outcomes_written = 0
@@ -87,6 +94,23 @@ class SharedLedger:
 
     def _key(self, key: Key) -> str:
         return inflight_key(self.env, key[0], key[1])
+
+    def _remember(self, key: Key, revision: int) -> None:
+        self._last[key] = revision
+        self._last.move_to_end(key)
+        while len(self._last) > self._last_max:
+            self._last.popitem(last=False)
+
+    def _recall(self, key: Key) -> int | None:
+        rev = self._last.get(key)
+        if rev is not None:
+            self._last.move_to_end(key)  # used: the last to be evicted
+        return rev
+
+    @property
+    def remembered(self) -> int:
+        """How many keys' revisions are held (at most `last_revisions`)."""
+        return len(self._last)
 
     async def lookup(self, vid: str, cmd_id: str, *, redelivered: bool = True) -> LedgerEntry | None:
         entry = await self.local.lookup(vid, cmd_id)
@@ -98,7 +122,7 @@ class SharedLedger:
                 stored = await self.store.get(self._key(key))
         except (LeaseError, TimeoutError) as exc:
             raise LedgerUnavailable(f"command ledger in TWIN_LEASES unreadable: {exc}") from exc
-        self._last[key] = stored.revision
+        self._remember(key, stored.revision)
         return decode_entry(stored.value) if stored.value is not None else None
 
     async def record(self, entry: LedgerEntry, *, durable: bool = True) -> bool:
@@ -115,8 +139,8 @@ class SharedLedger:
                 with anyio.fail_after(WRITE_TIMEOUT_S):
                     rev = await self.store.write(self._key(key), encode_entry(entry, holder=self.holder,
                                                                               token=self.token(entry.vid)),
-                                                 last=self._last.get(key, 0))
-                self._last[key] = rev
+                                                 last=self._recall(key) or 0)
+                self._remember(key, rev)
                 shared.append(True)
             except LeaseConflict:
                 shared.append(False)
@@ -142,12 +166,12 @@ class SharedLedger:
     async def clear_in_flight(self, vid: str, cmd_id: str) -> None:
         key = (vid, cmd_id)
         await self.local.clear_in_flight(vid, cmd_id)
-        last = self._last.get(key)
+        last = self._recall(key)
         if last is None:
             return
         try:
             with anyio.fail_after(WRITE_TIMEOUT_S):
-                self._last[key] = await self.store.delete(self._key(key), last=last)
+                self._remember(key, await self.store.delete(self._key(key), last=last))
         except (LeaseError, TimeoutError) as exc:
             # The row stays: the redelivery takes the careful path (recovery) instead of sending again.
             log.info("shared_in_flight_kept", vehicle=vid, cmd_id=cmd_id, reason=str(exc))
@@ -185,12 +209,9 @@ class SharedLedger:
     async def _write_outcome(self, kv_key: str, value: bytes, key: Key) -> None:
         try:
             with anyio.fail_after(WRITE_TIMEOUT_S):
-                self._last[key] = await self.store.write(kv_key, value, last=self._last.get(key, 0))
+                self._remember(key, await self.store.write(kv_key, value, last=self._recall(key) or 0))
             self.outcomes_written += 1
         except (LeaseError, TimeoutError) as exc:
             # The in-flight row stays; a redelivery elsewhere recovers from the vehicle (module docstring).
             self.outcomes_failed += 1
             log.info("shared_outcome_not_written", key=kv_key, reason=str(exc))
-        finally:
-            if len(self._last) > 50_000:  # bounded: only a redelivery soon after needs these
-                self._last.clear()

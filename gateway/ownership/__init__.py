@@ -12,8 +12,12 @@ the fencing token.
 - `keeper` — one task per gateway running every vehicle's machine against
   the store (`Ownership`, the seam the daemon uses: `may_act(vid)`, the
   token, waiting for changes; `OwnershipListener` hears every change).
+- `presence` — a standby's presence record per vehicle, so readers see the
+  standbys as well as the owner the lease names.
+- `service` — all of it in the daemon (`DaemonOwnership`): gates, events,
+  log lines, metrics, the release watch, presence.
 
-Not wired into the daemon yet: what remains is listed in docs/ownership.md.
+What remains of issue 47 is listed in docs/ownership.md.
 """
 
 from __future__ import annotations

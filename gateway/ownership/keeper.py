@@ -18,6 +18,7 @@ before this loop has run again). Changes reach an `OwnershipListener`
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import time
@@ -70,6 +71,15 @@ class GatewayIdentity:
     @property
     def holder(self) -> str:
         return f"{self.instance}@{self.host}:{self.pid}:{self.nonce}"
+
+    @property
+    def key_id(self) -> str:
+        """One subject token unique per process (the holder has `@` and `:`): `<instance>-<nonce>`.
+
+        Names this gateway's presence records (`presence_key`); the instance part is
+        for people, so characters a token cannot hold become `_` and it is cut short.
+        """
+        return f"{re.sub(r'[^A-Za-z0-9_-]', '_', self.instance)[:48]}-{self.nonce}"
 
 
 class OwnershipListener(Protocol):

@@ -13,7 +13,9 @@ turns the keeper's changes into what people see:
 - one log line when a vehicle turns out to be served by another gateway (this
   one is its standby), and a warning when this one is fenced or loses it;
 - `/metrics`: owner or standby per vehicle, takeovers, renew latency, frames
-  refused for want of the lease.
+  refused for want of the lease;
+- a presence record per vehicle it stands by for (gateway/ownership/presence.py),
+  so `mavjet twin` and `mavjet fleet` show standbys too.
 
 It also listens on each lease's subject, so a standby hears a release at once
 and takes over in a round trip instead of at its next read (the handover of a
@@ -22,6 +24,7 @@ rolling update, docs/ownership.md).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +36,7 @@ from mavjet.contract.events import EventType
 from mavjet.contract.subjects import lease_key, lease_kv_subject
 from mavjet.gateway.ownership.keeper import GatewayIdentity, LeaseKeeper
 from mavjet.gateway.ownership.lease import ChangeKind, LeaseState, OwnershipChange
+from mavjet.gateway.ownership.presence import PRESENCE_EVERY_S, LinkView, PresenceWriter
 from mavjet.gateway.ownership.store import JetStreamLeaseStore
 from mavjet.gateway.publish.publisher import Publisher
 from mavjet.gateway.runtime.metrics import GatewayMetrics, OwnershipStatus
@@ -49,7 +53,7 @@ class DaemonOwnership:
     """The keeper and everything the daemon does with it (module docstring)."""
 
     def __init__(self, *, instance: str, env: str, twins: Mapping[str, VehicleTwin], publisher: Publisher,
-                 metrics: GatewayMetrics) -> None:
+                 metrics: GatewayMetrics, presence_every_s: float = PRESENCE_EVERY_S) -> None:
         self.identity = GatewayIdentity.of_this_process(instance)
         self.env = env
         self.twins = twins
@@ -58,6 +62,9 @@ class DaemonOwnership:
         # The commands' rows (gateway/commands/shared.py): a longer bound than a renew's.
         self.command_store = JetStreamLeaseStore(lambda: publisher.js, timeout_s=2.0)
         self.keeper = LeaseKeeper(self.store, env=env, vids=list(twins), identity=self.identity, listener=self)
+        # A standby shows itself: its presence records beside the leases (gateway/ownership/presence.py).
+        self.presence = PresenceWriter(self.store, env=env, identity=self.identity, vids=list(twins),
+                                       standby_for=self._standby_for, link=self._link_view, every_s=presence_every_s)
         self._standby_logged: set[str] = set()
         self._announced: set[str] = set()
         for vid, twin in twins.items():
@@ -97,11 +104,25 @@ class DaemonOwnership:
     def holder(self) -> str:
         return self.identity.holder
 
+    def _standby_for(self, vid: str) -> str | None:
+        """The owner this gateway stands by for, None when it owns `vid` (or may) or nobody does yet."""
+        k = self.keeper
+        holder = k.holder(vid)
+        if holder is None or holder == self.identity.holder or k.state(vid) is not LeaseState.STANDBY:
+            return None
+        return holder
+
+    def _link_view(self, vid: str) -> LinkView:
+        twin = self.twins[vid]
+        dual = twin.dual
+        return LinkView(state=twin.session.health().state.value, active_link=str(dual.active) if dual else None)
+
     # -- the keeper's changes (OwnershipListener) ------------------------------------------------
     def ownership_changed(self, change: OwnershipChange) -> None:
         twin = self.twins.get(change.vid)
         if twin is None:
             return
+        self.presence.kick(change.vid)  # became a standby (record now) or the owner (record deleted)
         me = self.identity.holder
         if change.kind in (ChangeKind.ACQUIRED, ChangeKind.TAKEN_OVER):
             self._standby_logged.discard(change.vid)
@@ -140,11 +161,15 @@ class DaemonOwnership:
                 await keeper.changed()
 
     async def release(self, *, timeout_s: float) -> None:
-        await self.keeper.release(timeout_s=timeout_s)
+        """Delete the leases held and this gateway's presence records, side by side, within `timeout_s`."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(self.presence.remove_all, timeout_s=timeout_s))
+            await self.keeper.release(timeout_s=timeout_s)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(self.keeper.run, name="gateway.ownership.lease_keeper")
+            await tg.start(self.presence.run, name="gateway.ownership.presence")
             tg.start_soon(self._hear_releases, name="gateway.ownership.release_watch")
             task_status.started()
 
@@ -164,7 +189,10 @@ class DaemonOwnership:
                 for subject, vid in subjects.items():
                     subs.append(await nc.subscribe(subject, cb=self._on_lease_msg(vid)))
                 # nats-py re-subscribes after a reconnect; a client closed for good ends this and is retried.
-                while not nc.is_closed:  # noqa: ASYNC110 - nats-py has no event for "closed"
+                # nats-py tells "closed" only to the `closed_cb` given at connect, which the publisher owns
+                # (gateway/publish/publisher.py); with reconnects unbounded it closes only at shutdown, so
+                # this check of a flag once a second is all it costs.
+                while not nc.is_closed:  # noqa: ASYNC110 - no event to wait on without the publisher's callback
                     await anyio.sleep(1.0)
             except Exception as exc:  # a permission error or a closed client: the periodic reads still work
                 log.info("lease_release_watch_failed", error=f"{type(exc).__name__}: {exc}")
@@ -197,4 +225,5 @@ class DaemonOwnership:
             states=states, holders={vid: k.holder(vid) for vid in self.twins}, takeovers=k.takeovers,
             renew_latency_s=k.renew_latency_s,
             refused={vid: t.link.stats.refused_not_owner for vid, t in self.twins.items()},
+            presence_writes=self.presence.writes + self.presence.deletes, presence_failures=self.presence.failures,
         )

@@ -22,6 +22,7 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from mavjet.contract.errors import MavjetError
+from mavjet.contract.natsadapter import put_subject
 from mavjet.contract.subjects import LEASES_BUCKET, LEASES_STREAM, lease_kv_subject
 
 __all__ = ["JetStreamLeaseStore", "LeaseConflict", "LeaseEntry", "LeaseError", "LeaseStore", "LeaseUnavailable"]
@@ -116,10 +117,20 @@ class JetStreamLeaseStore:
     async def delete(self, key: str, *, last: int) -> int:
         return await self._publish(key, b"", {_EXPECTED_LAST: str(last), _KV_OP: "DEL"})
 
+    async def put(self, key: str, value: bytes) -> int:
+        """Store `value` whatever the key holds: for a key only this process writes (a presence record)."""
+        return await self._publish(key, value, {})
+
+    async def remove(self, key: str) -> int:
+        """A delete marker whatever the key holds (a presence record on a clean stop or on becoming owner)."""
+        return await self._publish(key, b"", {_KV_OP: "DEL"})
+
     async def _publish(self, key: str, payload: bytes, headers: dict[str, str]) -> int:
         js = self._context(key)
         try:
-            ack = await js.publish(self._subject(key), payload, timeout=self.timeout_s, headers=headers)
+            # Across a JetStream domain (a companion naming the hub's) a KV write needs the domain's prefix.
+            ack = await js.publish(put_subject(js, self._subject(key)), payload, timeout=self.timeout_s,
+                                   headers=headers or None)
         except nats.js.errors.APIError as exc:
             if exc.err_code in _WRONG_LAST:
                 raise LeaseConflict(key, exc.description or "wrong last revision") from exc

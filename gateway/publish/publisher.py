@@ -188,7 +188,7 @@ class Publisher:
                 self._acks = acks
                 event_acks = EventAcks(nc.new_inbox())
                 await subscribe_direct(nc, event_acks.subject, event_acks.on_msg)
-            js = self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s,
+            js = self.js = nc.jetstream(timeout=self.cfg.publish_timeout_s, domain=self.cfg.nats.domain,
                                         publish_async_max_pending=self.cfg.max_inflight_state)
             self.metrics.nats_connected.set(1)
             log.info("nats_connected", server=natsconn.server_name(nc))  # host:port, never the URL's userinfo

@@ -178,6 +178,8 @@ class OwnershipStatus:
     takeovers: int
     renew_latency_s: float | None
     refused: Mapping[str, int]  # vid -> frames not sent to the vehicle for want of the lease
+    presence_writes: int = 0  # presence records written or deleted (a standby's; gateway/ownership/presence.py)
+    presence_failures: int = 0
 
 
 class _OwnershipCollector(Collector):
@@ -203,7 +205,22 @@ class _OwnershipCollector(Collector):
                                       labels=["vehicle"])
         for vid, n in st.refused.items():
             refused.add_metric([vid], n)
-        yield from (owner, state, takeovers, latency, refused)
+        # This gateway's vehicles by its role: a handful of series whatever the fleet's size. Standbys per
+        # vehicle are an aggregation over the gateways' `mavjet_vehicle_lease_state{state="standby"}`
+        # (docs/ownership.md), not one more per-vehicle series here.
+        roles = GaugeMetricFamily("mavjet_vehicles_by_role", "How many of this gateway's vehicles it is owner of, "
+                                  "standby for, or fenced/releasing for", labels=["role"])
+        counts: dict[str, int] = {}
+        for s in st.states.values():
+            counts[s] = counts.get(s, 0) + 1
+        for role in ("owner", "standby", *sorted(set(counts) - {"owner", "standby"})):
+            roles.add_metric([role], counts.get(role, 0))
+        presence = CounterMetricFamily("mavjet_presence_writes", "A standby's presence records written or deleted "
+                                       "(result=failed: not stored, retried at the vehicle's next turn)",
+                                       labels=["result"])
+        presence.add_metric(["ok"], st.presence_writes)
+        presence.add_metric(["failed"], st.presence_failures)
+        yield from (owner, state, takeovers, latency, refused, roles, presence)
 
 
 class GatewayMetrics:

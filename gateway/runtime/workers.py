@@ -3,10 +3,10 @@
 Which worker serves a vehicle is decided once, by `owner()`: a stable hash of
 its vid modulo N (CRC-32, not Python's salted `hash`). So across restarts
 of a worker, and across restarts of the whole hub with the same N, a vehicle's
-link, twin, shadow reconciler and TWIN_CMD durable consumer (`gw_<vid>`) live
-in exactly one process. That is a command-safety rule, not a tidiness one: two
-processes bound to the same durable pull consumer would each fetch some of
-the vehicle's commands, and the one without the vehicle's link could neither
+link, twin, shadow reconciler and commands (the worker's TWIN_CMD consumer)
+live in exactly one process. That is a command-safety rule, not a tidiness one:
+two processes pulling the same vehicle's commands would each fetch some of
+them, and the one without the vehicle's link could neither
 send them nor observe the vehicle to confirm a redelivered one; two links to
 one autopilot would also interleave MAVLink command and mission transfers the
 protocol expects to be one at a time. Changing N moves vehicles between

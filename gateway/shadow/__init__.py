@@ -13,6 +13,8 @@ TWIN_SHADOW keys per vehicle (docs/shadow.md): `desired` (operators),
 - `identity` — the `config` and `meta` documents.
 - `kvstore` — the KV side: a desired watcher that survives reconnects, and
   the reported writer with revision retry.
+- `watch` — one watch over many vehicles' `desired` keys (a gateway of
+  several vehicles), or the per-key watch (a gateway of one).
 - `reconciler` — one vehicle's loop: events, passes, reporting.
 - `service` — the gateway service running one reconciler per vehicle.
 """

@@ -16,6 +16,12 @@ its consumer and creates it through the filtered subject
 server checks that the filter in the subject is the request's), so a vehicle's
 permissions can name its own keys (docs/security.md).
 
+That is one consumer per key. A gateway serving several vehicles watches
+all their `desired` keys with one multi-filter consumer instead
+(`mavjet.gateway.shadow.watch.SharedDesired`, same robustness rules); a
+gateway serving one vehicle keeps `watch_key`, whose filtered create a
+per-vehicle credential allows.
+
 Writing. `reported` belongs to the gateway, but a second writer (an operator
 script, a gateway that has not noticed a failover) may write it too. Every
 write is `update(last=revision)`; on a revision conflict the writer re-reads
@@ -36,10 +42,12 @@ import anyio
 import nats.errors
 import nats.js.errors
 import structlog
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KeyValue
 
+from mavjet.contract import natsadapter
 from mavjet.contract.errors import MavjetError
 from mavjet.contract.subjects import SHADOW_BUCKET, SHADOW_STREAM, shadow_kv_subject
 from mavjet.drivers.mavlink.backoff import capped_delay_s
@@ -65,6 +73,13 @@ class DesiredEntry:
 
     revision: int
     value: bytes | None
+
+
+def entry_of(msg: Msg) -> DesiredEntry:
+    """A watched KV message as an entry: the stream sequence is the key's revision; deletes and purges are None."""
+    op = (msg.headers or {}).get("KV-Operation")
+    value = None if op in _DELETE_OPS else msg.data
+    return DesiredEntry(int(msg.metadata.sequence.stream), value)
 
 
 def encode(doc: dict[str, Any]) -> bytes:
@@ -95,7 +110,8 @@ class ShadowStore:
         gen = self.reconnects()
         if self._kv is None or gen != self._kv_gen:
             try:
-                self._kv = await js.key_value(SHADOW_BUCKET)
+                # Across a JetStream domain (a companion's leaf node) its writes need the domain's prefix.
+                self._kv = natsadapter.key_value_across_domain(await js.key_value(SHADOW_BUCKET), js)
             except nats.js.errors.BucketNotFoundError as exc:
                 raise ShadowStoreError(SHADOW_BUCKET, "bucket missing: run `mavjet provision`") from exc
             self._kv_gen = gen
@@ -158,10 +174,7 @@ class KeyWatch:
         """The next change; nats.errors.TimeoutError when none came within `wait_s`."""
         if self._sub is None:
             raise ShadowStoreError(self.key, "watch not started")
-        msg = await self._sub.next_msg(timeout=wait_s)
-        op = (msg.headers or {}).get("KV-Operation")
-        value = None if op in _DELETE_OPS else msg.data
-        return DesiredEntry(int(msg.metadata.sequence.stream), value)
+        return entry_of(await self._sub.next_msg(timeout=wait_s))
 
     async def stop(self) -> None:
         sub, self._sub = self._sub, None

@@ -46,7 +46,7 @@ from mavjet.gateway.shadow.config import ShadowConfig
 from mavjet.gateway.shadow.diff import FlightRecord, LiveConfig, VehicleView, iso, retry_delay_s
 from mavjet.gateway.shadow.document import EMPTY, Desired, parse_desired
 from mavjet.gateway.shadow.identity import IdentityWriter
-from mavjet.gateway.shadow.kvstore import DesiredEntry, ReportedWriter, ShadowStore, watch_key
+from mavjet.gateway.shadow.kvstore import DesiredEntry, ReportedWriter, ShadowStore
 from mavjet.gateway.shadow.steps import (
     FlightStep,
     FlightTracker,
@@ -60,6 +60,7 @@ from mavjet.gateway.shadow.steps import (
 from mavjet.gateway.shadow.steps.base import fmt_number
 from mavjet.gateway.shadow.steps.geofence import reported_fence
 from mavjet.gateway.shadow.steps.params import on_param_value
+from mavjet.gateway.shadow.watch import DesiredSource, KeyDesired
 from mavjet.gateway.stores.blobs import fetch_plan
 from mavjet.gateway.twin.telemetry import Event
 
@@ -73,7 +74,7 @@ _WAKE_EVENTS = frozenset({
 
 class VehicleReconciler:
     def __init__(self, vehicle: VehicleHandle, store: ShadowStore, cfg: ShadowConfig, *, gateway: GatewayConfig,
-                 nats: NatsAccess, metrics: GatewayMetrics) -> None:
+                 nats: NatsAccess, metrics: GatewayMetrics, source: DesiredSource | None = None) -> None:
         self.vehicle = vehicle
         self.vid = vehicle.vid
         self.store = store
@@ -82,6 +83,8 @@ class VehicleReconciler:
         self.nats = nats
         self.metrics = metrics
         self.desired_key = shadow_key(gateway.env, self.vid, "desired")
+        # Where `desired` is heard: the gateway's shared watch (ShadowService), or a watch of this key alone.
+        self.source: DesiredSource = source or KeyDesired(store, resync_interval_s=cfg.resync_interval_s)
         self.writer = ReportedWriter(store, shadow_key(gateway.env, self.vid, "reported"),
                                      max_conflicts=cfg.max_conflicts)
         self.identity = IdentityWriter(store, self.vid, gateway, request_timeout_s=cfg.request_timeout_s)
@@ -217,7 +220,8 @@ class VehicleReconciler:
                 await self._sleep()
 
     async def _watch(self) -> None:
-        await watch_key(self.store, self.desired_key, self.on_desired, resync_interval_s=self.cfg.resync_interval_s)
+        # Delivers the current value first (a shared watch hands over the last it saw), then every change.
+        await self.source.follow(self.desired_key, self.on_desired)
 
     async def _sleep(self) -> None:
         timeout = self.cfg.tick_s

@@ -37,12 +37,12 @@ async def test_cmd_wait_exit_status(provisioned: Client, nats_server: NatsServer
         assert doc["result"] == "rejected" and doc["detail"] == "takeoff needs the vehicle armed"
         assert doc["roundtrip_ms"] > 0
         # Refused before publishing: nothing reaches the stream or the gateway.
-        handled = rig.service.loops["VID-001"].executor.handled
+        handled = rig.service.lanes["VID-001"].executor.handled
         rc, out, err = await mavjet("cmd", "VID-001", "takeoff", "-p", "alt_m=900", "--wait", *nats_args)
         assert rc == 2 and "alt_m 900 outside [1, 500] m" in err
         rc, out, err = await mavjet("cmd", "VID-009", "land", "--wait", "--timeout", "1s", "--force", *nats_args)
         assert rc == 4 and "no cmd_result" in err
-        assert rig.service.loops["VID-001"].executor.handled == handled
+        assert rig.service.lanes["VID-001"].executor.handled == handled
     rc, _out, err = await mavjet("cmd", "VID-001", "land", "--nats", "nats://127.0.0.1:1", "--env", ENV)
     assert rc == 3 and "cannot reach NATS" in err
 

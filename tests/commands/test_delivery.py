@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import nats.errors
+import pytest
 from nats.aio.client import Client
 
-from mavjet.contract.subjects import CMD_STREAM
+from mavjet.contract.subjects import CMD_STREAM, cmd_filter
 from mavjet.drivers.mavlink.dialect import mavlink2
-from mavjet.gateway.commands.consumer import API_CONCURRENCY
+from mavjet.gateway.commands.intake import API_CONCURRENCY
+from mavjet.gateway.config import ConsumerMode
 from mavjet.ops.natsserver import NatsServer
 from mavjet.sim.fleet import SimConfig
 from tests.support import wait_for
-from tests.support.commands import cmd_results, command_rig, ready_to_fly
+from tests.support.commands import ENV, TEST_COMMANDS, cmd_results, command_rig, ready_to_fly
 
 SET_MODE = mavlink2.MAV_CMD_DO_SET_MODE
 
@@ -70,10 +73,10 @@ async def test_consumer_survives_nats_server_restart(provisioned: Client, nats_s
         queued = [await rig.client.publish("VID-002", "param_set", {"name": "RTL_ALT", "value": 700.0 + i})
                   for i in range(3)]
         await asyncio.sleep(0.5)
-        binds_before = {vid: loop.binds for vid, loop in rig.service.loops.items()}
+        binds_before = {vid: loop.binds for vid, loop in rig.service.lanes.items()}
         nats_server.restart()
         await wait_for(lambda: provisioned.is_connected and rig.gw.publisher.is_connected, timeout_s=20)
-        await wait_for(lambda: all(loop.binds > binds_before[vid] for vid, loop in rig.service.loops.items()),
+        await wait_for(lambda: all(loop.binds > binds_before[vid] for vid, loop in rig.service.lanes.items()),
                        timeout_s=20)
         await rig.client.start()
         # Commands published after the restart are served...
@@ -91,10 +94,6 @@ async def test_consumer_survives_nats_server_restart(provisioned: Client, nats_s
 
 
 async def test_in_progress_acks_keep_a_long_command(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from tests.support.commands import TEST_COMMANDS
-
     # AckWait 1 s, but the takeoff is answered IN_PROGRESS until the climb ends (seconds):
     # only the in_progress acks keep JetStream from redelivering it meanwhile.
     commands = replace(TEST_COMMANDS, ack_wait_s=1.0, in_progress_interval_s=0.3, in_progress_timeout_s=20.0)
@@ -125,15 +124,26 @@ async def test_in_progress_acks_keep_a_long_command(provisioned: Client, nats_se
         assert rig.vehicle("VID-001").alt_m >= 14.0
 
 
+@pytest.mark.parametrize("mode", [ConsumerMode.GATEWAY, ConsumerMode.VEHICLE])
 async def test_a_fleet_registers_its_consumers_through_one_bounded_limiter(
-    provisioned: Client, nats_server: NatsServer, tmp_path: Path
+    provisioned: Client, nats_server: NatsServer, tmp_path: Path, mode: ConsumerMode
 ) -> None:
-    """Every loop's JetStream API calls share one limiter, so a large fleet starting at once cannot
-    queue more creates on the server than it answers within their timeout; all still register."""
-    async with command_rig(provisioned, nats_server.url, tmp_path / "state", vehicles=12) as rig:
-        limiters = {id(loop.api) for loop in rig.service.loops.values()}
-        assert len(limiters) == 1 and len(rig.service.loops) == 12
-        limiter = next(iter(rig.service.loops.values())).api
+    """A gateway of 12 vehicles pulls through one consumer whose filter names each of them (or, per vehicle,
+    12 consumers whose API calls share one limiter, so a large fleet starting at once cannot queue more
+    creates on the server than it answers within their timeout); every vehicle is served."""
+    commands = replace(TEST_COMMANDS, consumer=mode)
+    async with command_rig(provisioned, nats_server.url, tmp_path / "state", vehicles=12, commands=commands) as rig:
+        intakes = rig.service.intakes
+        assert len({id(i.api) for i in intakes}) == 1
+        limiter = intakes[0].api
         assert limiter.total_tokens == API_CONCURRENCY and limiter.borrowed_tokens <= API_CONCURRENCY
-        info = await provisioned.jetstream().stream_info(CMD_STREAM)
-        assert info.state.consumer_count == 12
+        js = provisioned.jetstream()
+        info = await js.stream_info(CMD_STREAM)
+        assert info.state.consumer_count == (1 if mode is ConsumerMode.GATEWAY else 12)
+        if mode is ConsumerMode.GATEWAY:
+            consumer = await js.consumer_info(CMD_STREAM, intakes[0].name)
+            assert sorted(consumer.config.filter_subjects or []) == sorted(
+                cmd_filter(ENV, vid) for vid in rig.service.lanes)
+        ids = {vid: await rig.client.publish(vid, "param_get", {"name": "RTL_ALT"}) for vid in rig.service.lanes}
+        for cmd_id in ids.values():
+            assert (await rig.client.wait(cmd_id, 20)).accepted

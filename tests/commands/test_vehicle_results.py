@@ -53,7 +53,7 @@ async def test_temporarily_rejected_is_nakd_redelivered_then_accepted(
         assert rig.executions(VID, SET_MODE) == 1
         await consumer_idle(provisioned, VID)
         await asyncio.sleep(QUIET_S)
-        loop = rig.service.loops[VID]
+        loop = rig.service.lanes[VID]
         assert loop.dispositions.get("nak", 0) == r.data["deliveries"] - 1 and loop.dispositions.get("ack") == 1
         assert loop.dispositions.get("term", 0) == 0
         stored = await cmd_results(provisioned)
@@ -83,7 +83,7 @@ async def test_unsupported_and_denied_are_terminated_as_rejected(
         assert rig.forced(VID, SET_MODE) == [mav_result]
         assert v.forced_pending(SET_MODE) == 2
         assert rig.executions(VID, SET_MODE) == 0 and v.mode == "STABILIZE"
-        loop = rig.service.loops[VID]
+        loop = rig.service.lanes[VID]
         assert loop.dispositions == {"term": 1} and loop.executor.handled == 1
         stored = await cmd_results(provisioned)
     assert [d["cmd_id"] for d in published] == [cmd_id]
@@ -115,7 +115,7 @@ async def test_temporarily_rejected_until_max_deliver_ends_in_one_failed_result(
         assert rig.forced(VID, SET_MODE) == [TEMPORARILY_REJECTED] * max_deliver
         assert v.forced_pending(SET_MODE) == spare
         assert rig.executions(VID, SET_MODE) == 0 and v.mode == "STABILIZE"
-        loop = rig.service.loops[VID]
+        loop = rig.service.lanes[VID]
         assert loop.dispositions == {"nak": max_deliver - 1, "term": 1}
         assert loop.executor.handled == max_deliver
         assert (await provisioned.jetstream().stream_info("TWIN_CMD")).state.messages == 0

@@ -133,8 +133,8 @@ async def test_gateway_through_events_leader_failover(
                 with anyio.fail_after(30):
                     await gw.ready.wait()
                     await shadow.started.wait()
-                    await wait_for(lambda: len(commands.loops) == len(VIDS) and all(
-                        loop.binds for loop in commands.loops.values()), 30)
+                    await wait_for(lambda: len(commands.lanes) == len(VIDS) and all(
+                        loop.binds for loop in commands.lanes.values()), 30)
                 # The command path works before the failure.
                 res = await cc.call("VID-001", "set_mode", {"mode": "ALT_HOLD"}, cmd_id=BASELINE_CMD_ID, timeout_s=20)
                 assert res.accepted, res
@@ -232,7 +232,7 @@ async def test_gateway_through_events_leader_failover(
     print(f"\nfailover: victim={victim_name} gateway_on_victim={gw_on_victim} outage_s={outage_s:.1f} "
           f"events={len(ids)} emitted_in_outage={len(in_outage)} probes={probes} "
           f"event_publish_errors={_sample(gw, 'mavjet_publishes_total', kind='event', result='error'):.0f} "
-          f"cmd_dispositions={commands.loops['VID-001'].dispositions} total_s={time.monotonic() - t_start:.1f}")
+          f"cmd_dispositions={commands.lanes['VID-001'].dispositions} total_s={time.monotonic() - t_start:.1f}")
 
 
 def _sample(gw: Gateway, name: str, **labels: str) -> float:

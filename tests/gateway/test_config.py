@@ -121,6 +121,8 @@ def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
         ({"commands": {"ack_timeout_s": "soon"}}, "commands.ack_timeout_s"),
         ({"commands": {"retries": 2.5}}, "commands.retries"),
         ({"commands": {"backoff_s": ["x"]}}, "commands.backoff_s"),
+        ({"commands": {"consumer": "per-hub"}}, "commands.consumer"),
+        ({"commands": {"max_ack_pending": 0}}, "commands.max_ack_pending"),
         ({"link": {"heartbeat_timeout_s": "x"}}, "link.heartbeat_timeout_s"),
         ({"link": {"streams_hz": {"ATTITUDE": "fast"}}}, "link.streams_hz.ATTITUDE"),
     ],
@@ -129,6 +131,18 @@ def test_wrong_types_name_their_own_key(section: dict[str, object], key: str) ->
     with pytest.raises(ConfigError) as ei:
         build_config({"vehicles": [{"vid": "V", "endpoint": "tcp:a:1"}], **section})
     assert ei.value.key == key
+
+
+def test_command_consumer_shape_follows_the_fleet_unless_set() -> None:
+    from mavjet.gateway.commands.consumer import mode_for
+    from mavjet.gateway.config import ConsumerMode
+
+    one = [{"vid": "V", "endpoint": "tcp:a:1"}]
+    two = [*one, {"vid": "W", "endpoint": "tcp:a:2"}]
+    assert mode_for(build_config({"vehicles": one})) is ConsumerMode.VEHICLE
+    assert mode_for(build_config({"vehicles": two})) is ConsumerMode.GATEWAY
+    assert mode_for(build_config({"vehicles": one, "commands": {"consumer": "gateway"}})) is ConsumerMode.GATEWAY
+    assert mode_for(build_config({"vehicles": two, "commands": {"consumer": "vehicle"}})) is ConsumerMode.VEHICLE
 
 
 def test_shadow_uses_commands_protocol_config(tmp_path: Path) -> None:

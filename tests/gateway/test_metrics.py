@@ -90,7 +90,7 @@ async def test_live_gateway_metrics_after_a_command(provisioned: Client, nats_se
         gw = Gateway(cfg)
         gw.services.append(service)
         async with running(gw), CommandClient(provisioned, ENV, issuer="pytest") as client:
-            await wait_for(lambda: bool(service.loops) and all(loop.binds for loop in service.loops.values()),
+            await wait_for(lambda: bool(service.lanes) and all(loop.binds for loop in service.lanes.values()),
                            timeout_s=20)
             await ready_to_fly(fleet)
             t0 = time.monotonic()

@@ -69,8 +69,8 @@ async def test_signed_gateway_commands_the_vehicle_and_drops_forged_and_replayed
         gw.services.append(service)
         async with running(gw), CommandClient(provisioned, ENV, issuer="pytest") as client:
             twin = gw.twins["VID-001"]
-            await wait_for(lambda: twin.link.is_up and twin.model.armed is not None and len(service.loops) == 1
-                           and all(loop.binds for loop in service.loops.values()), timeout_s=20)
+            await wait_for(lambda: twin.link.is_up and twin.model.armed is not None and len(service.lanes) == 1
+                           and all(loop.binds for loop in service.lanes.values()), timeout_s=20)
             await ready_to_fly(fleet)
 
             # An unsigned ARM injected on the vehicle's link 1 is ignored by the vehicle.

@@ -21,7 +21,7 @@ from mavjet.ops.provision import (
 def test_definitions_follow_the_contract() -> None:
     defs = {d.name: d for d in load_definitions(DEFINITIONS_DIR, env="prod", replicas=3)}
     assert set(defs) == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS",
-                         "TWIN_LEASES"}
+                         "TWIN_LEASES", "TWIN_ROLLOUTS"}
     st = defs["TWIN_STATE"].config
     assert st.subjects == ["fleet.prod.veh.*.state.>"]
     assert st.max_age == 3600 and st.allow_rollup_hdrs and st.num_replicas == 3

@@ -1,22 +1,32 @@
-"""Helpers for the ownership tests: keepers on their own connections, an overlap watcher, a freezable relay."""
+"""Helpers for the ownership tests: keepers on their own connections, an overlap watcher, a freezable relay,
+and for whole gateways (tests/ownership, tests/sitl): one with a command service, its crash, a state recorder."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import anyio
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from mavjet.contract.natsconn import open_client
+from mavjet.gateway.commands.consumer import CommandService
+from mavjet.gateway.config import CommandsConfig
+from mavjet.gateway.daemon import Gateway as GatewayProcess
 from mavjet.gateway.ownership.keeper import GatewayIdentity, LeaseKeeper
 from mavjet.gateway.ownership.lease import LeaseTiming, OwnershipChange
 from mavjet.gateway.ownership.store import JetStreamLeaseStore
 from mavjet.ops.natsserver import free_port
 from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
+from tests.support.gateway import gateway_config
 
 ENV = "test"
 
@@ -160,3 +170,75 @@ class FreezingRelay:
             pass
         finally:
             dst.transport.abort()
+
+
+# -- whole gateways ------------------------------------------------------------------------------
+
+
+def command_gateway(url: str, endpoints: list[str], state_dir: Path, instance: str, *,
+                    commands: CommandsConfig, **config: Any) -> tuple[GatewayProcess, CommandService]:
+    """A gateway (ownership on, as by default) named `instance`, with its command service to look into."""
+    cfg = dataclasses.replace(gateway_config(url, endpoints, state_dir, commands=commands, **config), instance=instance)
+    gw = GatewayProcess(cfg)
+    svc = CommandService()
+    gw.services.append(svc)
+    return gw, svc
+
+
+def owns(gw: GatewayProcess, vid: str) -> bool:
+    return gw.ownership is not None and gw.ownership.keeper.may_act(vid)
+
+
+def holder_of(gw: GatewayProcess) -> str:
+    assert gw.ownership is not None
+    return gw.ownership.holder
+
+
+def sees_owner(standby: GatewayProcess, owner: GatewayProcess, vid: str) -> bool:
+    """Whether `standby` knows `owner` holds `vid`'s lease."""
+    return (standby.ownership is not None and owner.ownership is not None
+            and standby.ownership.keeper.holder(vid) == owner.ownership.holder)
+
+
+class Crashable:
+    """Runs a gateway that the test can crash: its tasks cancelled, no release, its lease left to go stale.
+
+    As for a SIGKILLed process, whose sockets the kernel closes: `crash()` also closes its NATS client.
+    """
+
+    def __init__(self, gw: GatewayProcess) -> None:
+        self.gw = gw
+        self.scope = anyio.CancelScope()
+        self.crashed_at: float | None = None
+
+    async def run(self) -> None:
+        with self.scope:
+            await self.gw.run()
+
+    async def crash(self) -> float:
+        self.scope.cancel()
+        self.crashed_at = time.monotonic()
+        if self.gw.publisher.nc is not None:
+            await self.gw.publisher.nc.close()
+        return self.crashed_at
+
+
+@asynccontextmanager
+async def state_times(nc: Client, env: str, vid: str) -> AsyncIterator[list[float]]:
+    """When each state sample of `vid` arrived (monotonic), for the gap across a takeover or handover."""
+    times: list[float] = []
+
+    async def on_state(_msg: Msg) -> None:
+        times.append(time.monotonic())
+
+    sub = await nc.subscribe(f"fleet.{env}.veh.{vid}.state.>", cb=on_state)
+    try:
+        yield times
+    finally:
+        await sub.unsubscribe()
+
+
+def max_gap(times: list[float], start: float = float("-inf"), end: float = float("inf")) -> float:
+    """The longest time between two samples within [start, end] (inf: fewer than two)."""
+    window = [t for t in times if start <= t <= end]
+    return max((b - a for a, b in itertools.pairwise(window)), default=float("inf"))

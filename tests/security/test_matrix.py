@@ -17,12 +17,14 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from mavjet.contract import envelope
+from mavjet.contract.events import EventType
 from mavjet.contract.natsconn import creds_inbox_prefix
 from mavjet.contract.subjects import (
     BLOBS_BUCKET,
     CMD_STREAM,
     EVENTS_STREAM,
     LEASES_BUCKET,
+    ROLLOUTS_BUCKET,
     SHADOW_BUCKET,
     STATE_STREAM,
     cmd_subject,
@@ -30,6 +32,8 @@ from mavjet.contract.subjects import (
     inflight_key,
     lease_key,
     lease_kv_subject,
+    rollout_event_subject,
+    rollout_key,
     shadow_key,
     state_subject,
 )
@@ -236,6 +240,14 @@ async def test_operator_commands_and_desired_but_no_destruction(hub: Secured) ->
         sub = await js.subscribe(f"fleet.{ENV}.veh.*.state.>", ordered_consumer=True)
         await sub.unsubscribe()
         assert (await kv.get(shadow_key(ENV, "VID-002", "desired"))).value
+        # Fleet rollouts (docs/rollout.md): their state in TWIN_ROLLOUTS, their events in the audit trail.
+        rollouts = await js.key_value(ROLLOUTS_BUCKET)
+        await rollouts.put(rollout_key(ENV, "r1"), b"{}")
+        assert (await rollouts.get(rollout_key(ENV, "r1"))).value == b"{}"
+        ack = await js.publish(rollout_event_subject(ENV, "r1", EventType.ROLLOUT_STARTED), b"x")
+        assert ack.stream == EVENTS_STREAM
+        ack = await js.publish(event_subject(ENV, "VID-002", EventType.ROLLOUT_VEHICLE), b"x")
+        assert ack.stream == EVENTS_STREAM
         clean(op)
 
         for subj in (f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}", f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",

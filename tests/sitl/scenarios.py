@@ -73,7 +73,7 @@ async def gateway_on(nc: Client, url: str, endpoints: list[str], state_dir: Path
     if logs:
         gw.services.append(LogDownloadService(LogDownloadConfig(progress_interval_s=0.5, stall_timeout_s=60)))
     async with running(gw), CommandClient(nc, ENV, issuer="pytest-sitl") as client:
-        await wait_for(lambda: len(service.loops) == len(endpoints) and all(lp.binds for lp in service.loops.values()),
+        await wait_for(lambda: len(service.lanes) == len(endpoints) and all(lp.binds for lp in service.lanes.values()),
                        timeout_s=30)
         yield Rig(gw=gw, client=client, nc=nc, vids=[f"VID-{i + 1:03d}" for i in range(len(endpoints))])
 

@@ -13,7 +13,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerInfo
 
 from mavjet.contract import envelope
-from mavjet.contract.subjects import event_filter
+from mavjet.contract.subjects import cmd_filter, event_filter
 from mavjet.gateway.commands.consumer import CommandService
 from mavjet.gateway.config import CommandsConfig
 from mavjet.gateway.daemon import Gateway
@@ -91,8 +91,8 @@ async def command_rig(
         if configure is not None:
             configure(gw)
         async with running(gw), CommandClient(nc, ENV, issuer="pytest") as client:
-            await wait_for(lambda: len(service.loops) == len(fleet.vehicles) and
-                           all(loop.binds for loop in service.loops.values()), timeout_s=20)
+            await wait_for(lambda: len(service.lanes) == len(fleet.vehicles) and
+                           all(loop.binds for loop in service.lanes.values()), timeout_s=20)
             yield Rig(fleet=fleet, gw=gw, service=service, client=client, nc=nc)
 
 
@@ -113,19 +113,24 @@ async def published_results(nc: Client, vid: str = "*") -> AsyncIterator[list[di
 
 
 async def consumer_idle(nc: Client, vid: str, timeout_s: float = 15.0) -> ConsumerInfo:
-    """Wait until the vehicle's consumer holds nothing: no message pending, none awaiting an ack."""
+    """Wait until the consumer carrying the vehicle's commands holds nothing: none pending, none awaiting an ack."""
     js = nc.jetstream()
     seen: list[ConsumerInfo] = []
+    mine = cmd_filter(ENV, vid)
 
     async def idle() -> ConsumerInfo | None:
-        info: ConsumerInfo = await js.consumer_info("TWIN_CMD", f"gw_{vid}")
+        carrying = [c for c in await js.consumers_info("TWIN_CMD")
+                    if mine in (c.config.filter_subjects or [c.config.filter_subject or ""])]
+        if not carrying:
+            return None
+        info = carrying[0]
         seen.append(info)
         return info if not info.num_pending and not info.num_ack_pending else None
 
     try:
-        info: ConsumerInfo = await wait_for_async(idle, timeout_s, 0.1, what=f"consumer gw_{vid} idle")
+        info: ConsumerInfo = await wait_for_async(idle, timeout_s, 0.1, what=f"{vid}'s consumer idle")
     except WaitTimeout:
-        raise WaitTimeout(f"consumer gw_{vid} still busy: {seen[-1] if seen else None}") from None
+        raise WaitTimeout(f"{vid}'s consumer still busy: {seen[-1] if seen else None}") from None
     return info
 
 
@@ -135,7 +140,7 @@ async def dispositions_settled(rig: Rig, vid: str, total: int, timeout_s: float 
     The server sees a delivery's ack (so the consumer reads idle) a moment before the
     executor's `handle` returns and the loop counts it: read the count only when it is whole.
     """
-    loop = rig.service.loops[vid]
+    loop = rig.service.lanes[vid]
     await wait_for(lambda: sum(loop.dispositions.values()) >= total, timeout_s, 0.02,
                    what=f"{total} dispositions for {vid}")
     return dict(loop.dispositions)

@@ -16,11 +16,13 @@ from tests.support.wait import wait_for_async
 
 @asynccontextmanager
 async def gateway_process(*, vid: str, endpoint: str, url: str, env: str, creds: str, state_dir: Path,
-                          instance: str, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """`mavjet gateway` serving `vid` at `endpoint` with `creds`, its JSON log in `log`; terminated on exit."""
+                          instance: str, log: Path, more: dict[str, str] | None = None,
+                          ) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """`mavjet gateway` serving `vid` at `endpoint` (and `more`'s vehicles) with `creds`, its JSON log in `log`."""
+    vehicles = [arg for v, ep in {vid: endpoint, **(more or {})}.items() for arg in ("--vehicle", f"{v}={ep}")]
     with log.open("wb") as out:
         proc = subprocess.Popen(  # noqa: ASYNC220 - a child process for the whole test
-            [sys.executable, "-m", "mavjet.ops", "gateway", "--vehicle", f"{vid}={endpoint}",
+            [sys.executable, "-m", "mavjet.ops", "gateway", *vehicles,
              "--nats", url, "--env", env, "--creds", creds,
              "--state-dir", str(state_dir), "--instance", instance, "--log-json"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
