@@ -21,19 +21,18 @@ from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from mavjet.benchmarks.kit import default_json, percentile, positive_int, positive_ints, report
+from mavjet.benchmarks.kit import (
+    default_json,
+    percentile,
+    positive_int,
+    positive_ints,
+    process_rss_mib,
+    report,
+)
 from mavjet.contract.natsconn import open_client
 from mavjet.ops.natsserver import NatsServer
 
 STREAM = "BENCH_CMD"
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def one_count(n: int, rounds: int) -> dict[str, Any]:
@@ -46,7 +45,7 @@ async def one_count(n: int, rounds: int) -> dict[str, Any]:
         js = nc.jetstream(timeout=30)
         await js.add_stream(StreamConfig(name=STREAM, subjects=["fleet.bench.veh.*.cmd.>"],
                                          retention=RetentionPolicy.WORK_QUEUE, max_consumers=max(n + 10, 1000)))
-        rss0 = _rss_mib(server.proc.pid)
+        rss0 = process_rss_mib(server.proc.pid)
         t0 = time.monotonic()
         for i in range(n):
             await js.add_consumer(STREAM, ConsumerConfig(
@@ -56,7 +55,7 @@ async def one_count(n: int, rounds: int) -> dict[str, Any]:
                 print(f"  {i + 1}/{n} consumers", flush=True)
         create_s = time.monotonic() - t0
         await asyncio.sleep(1.0)  # let the server settle before reading its memory
-        rss = _rss_mib(server.proc.pid)
+        rss = process_rss_mib(server.proc.pid)
         lat: list[float] = []
         subs = {}
         for k in range(rounds):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import os
 import resource
 import subprocess
@@ -31,6 +32,7 @@ from mavjet.benchmarks.kit import (
     percentile,
     positive_float,
     positive_int,
+    process_rss_mib,
     report,
     sim_compiled_modules,
 )
@@ -51,14 +53,8 @@ from mavjet.sim.stepmode import in_step_from_env
 
 
 def _rss_mib() -> float:
-    try:
-        with open(f"/proc/{os.getpid()}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = process_rss_mib(os.getpid())
+    return rss if not math.isnan(rss) else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # no /proc
 
 
 def _proc_cpu_s(pid: int) -> float:

@@ -59,6 +59,18 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
+def process_rss_mib(pid: int) -> float:
+    """A process's resident memory (MiB), from /proc (Linux); NaN where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def percentile(values: Sequence[float], q: float, *, scale: float = 1.0, digits: int = 3) -> float | None:
     """The q-quantile (nearest rank) of `values` times `scale`, rounded; None when empty."""
     if not values:

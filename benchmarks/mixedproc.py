@@ -74,7 +74,7 @@ def _config(tmp: str, url: str, n: int, base: int, *, shaping: bool | None, uvlo
 
 async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: int, timeout_s: float, *,
                       log_path: Path) -> float:
-    """Every link up (the gateway's metrics) and every vehicle's command consumer registered; seconds taken."""
+    """Every link up (the gateway's metrics) and every vehicle's commands pulled by a consumer; seconds taken."""
     nc = await open_client(url)
     js = nc.jetstream()
     started = time.monotonic()
@@ -84,11 +84,14 @@ async def _wait_ready(proc: asyncio.subprocess.Process, url: str, port: int, n: 
             if proc.returncode is not None:
                 raise SystemExit(f"mavjet bench mixed: the gateway exited {proc.returncode}: {log_tail(log_path)}")
             up = await links_up(port)
-            consumers = (await js.stream_info(CMD_STREAM)).state.consumer_count
+            # Vehicles whose commands a consumer carries: one consumer per 500 vehicles (gateway/commands/intake.py),
+            # or one each for a gateway of another build.
+            consumers = len({f for c in await js.consumers_info(CMD_STREAM)
+                             for f in (c.config.filter_subjects or [c.config.filter_subject or ""]) if f})
             if up >= n and consumers >= n:
                 return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
-                raise SystemExit(f"mavjet bench mixed: {int(up)}/{n} links up, {consumers}/{n} command consumers "
+                raise SystemExit(f"mavjet bench mixed: {int(up)}/{n} links up, {consumers}/{n} vehicles' commands pulled "
                                  f"after {timeout_s:.0f} s; gateway warnings: {_log_events(log_path)}")
     finally:
         await nc.close()

@@ -34,7 +34,8 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from mavjet.benchmarks.kit import (
     positive_float,
     positive_int,
     positive_ints,
+    process_rss_mib,
     report,
 )
 from mavjet.contract.events import EventType
@@ -71,14 +73,6 @@ from mavjet.ops.provision import DEFINITIONS_DIR, load_definitions, provision
 
 ENV = "bench"
 DESIGNS = ("vehicle", "gateway")
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 class _Nats:
@@ -177,6 +171,21 @@ async def _serve(design: str, nats: _Nats, vids: list[str], name: str, *, task_s
         task_status.started(bound_s)
 
 
+@asynccontextmanager
+async def _killable_gateway(url: str, design: str, vids: list[str], name: str) -> AsyncIterator[float]:
+    """A gateway's command side on its own connection, yielding the time it took to bind; killed at the end."""
+    nc = await open_client(url)
+    try:
+        async with anyio.create_task_group() as tg:
+            bound_s: float = await tg.start(_serve, design, _Nats(nc), vids, name)
+            try:
+                yield bound_s
+            finally:
+                tg.cancel_scope.cancel()  # killed: its consumers stay as they were, for the next one to take
+    finally:
+        await nc.close()
+
+
 async def _round_trips(nc: Client, js: JetStreamContext, vids: list[str], *, count: int, rate_hz: float,
                        rng: random.Random) -> tuple[list[float], int]:
     """`count` commands to random vehicles at `rate_hz`; the round trip of each, ms, and how many came back."""
@@ -221,41 +230,21 @@ async def trial(design: str, n: int, *, commands: int, rate_hz: float, seed: int
         defs = [d for d in load_definitions(DEFINITIONS_DIR, env=ENV, replicas=1, size="small")
                 if d.name in (CMD_STREAM, EVENTS_STREAM)]
         await provision(js, defs)
-        rss0 = _rss_mib(server.proc.pid)
-        gw_nc = await open_client(server.url)
-        nats = _Nats(gw_nc)
+        rss0 = process_rss_mib(server.proc.pid)
         out: dict[str, Any] = {"design": design, "vehicles": n}
-        async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def first(*, task_status: Any) -> None:
-                with scope:
-                    await _serve(design, nats, vids, "gwx_bench_first", task_status=task_status)
-
-            out["bind_s"] = round(await tg.start(first), 3)
+        async with _killable_gateway(server.url, design, vids, "gwx_bench_first") as bind_s:
+            out["bind_s"] = round(bind_s, 3)
             await anyio.sleep(1.0)  # let the server settle before reading its memory
-            out["server_rss_mib"] = round(_rss_mib(server.proc.pid) - rss0, 1)
+            out["server_rss_mib"] = round(process_rss_mib(server.proc.pid) - rss0, 1)
             out["consumers"] = (await js.stream_info(CMD_STREAM)).state.consumer_count
             lat, got = await _round_trips(nc, js, vids, count=commands, rate_hz=rate_hz, rng=rng)
             out.update(commands=commands, results=got, p50_ms=percentile(lat, 0.5), p99_ms=percentile(lat, 0.99))
-            scope.cancel()  # the gateway killed: its consumers stay as they were
-        await gw_nc.close()
-        gw_nc = await open_client(server.url)
-        nats = _Nats(gw_nc)
-        async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def second(*, task_status: Any) -> None:
-                with scope:
-                    await _serve(design, nats, vids, "gwx_bench_second", task_status=task_status)
-
-            out["rebind_s"] = round(await tg.start(second), 3)
+        async with _killable_gateway(server.url, design, vids, "gwx_bench_second") as rebind_s:
+            out["rebind_s"] = round(rebind_s, 3)
             small = min(commands, 50)
             _, got = await _round_trips(nc, js, vids, count=small, rate_hz=rate_hz, rng=rng)
             out["served_after_restart"] = f"{got}/{small}"
             out["consumers_after_restart"] = (await js.stream_info(CMD_STREAM)).state.consumer_count
-            scope.cancel()
-        await gw_nc.close()
         await nc.close()
         return out
     finally:

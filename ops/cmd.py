@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(it waits until its deadline)")
     p.add_argument("--id", dest="cmd_id", help="command id (default: a new UUID); reusing an id is de-duplicated")
     p.add_argument("--issuer", default="mavjet-cli", help="who issues the command (audit trail)")
+    p.add_argument("--central", action="store_true",
+                   help="at a central cluster over leaf hubs: the hubs' TWIN_CMD store the command, and its result "
+                   "is read from the centre's sourced TWIN_EVENTS (docs/deploy.md, Central cluster over leaf hubs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     natsconn.add_nats_arguments(p)
     return p
@@ -118,7 +121,9 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_NATS
     try:
         try:
-            vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=(CMD_STREAM, STATE_STREAM),
+            # At a centre the commands' streams are the hubs', in their own domains: not looked for here.
+            needs = (STATE_STREAM,) if args.central else (CMD_STREAM, STATE_STREAM)
+            vehicle = await resolve.vehicle(nc, args.env, args.vid, needs=needs,
                                             force="queue it anyway", allow_unknown=args.force)
         except MavjetError as exc:
             print(f"mavjet cmd: {exc}", file=sys.stderr)
@@ -133,7 +138,7 @@ async def run(args: argparse.Namespace) -> int:
             who = vehicle.gone_text() if vehicle.known else f"no gateway has registered {args.vid} yet"
             print(f"mavjet cmd: warning: {who}; queued until its deadline {resolve.deadline_text(deadline_s)}: "
                   f"it expires unexecuted unless a gateway serves {args.vid} by then", file=sys.stderr)
-        async with CommandClient(nc, args.env, issuer=args.issuer) as client:
+        async with CommandClient(nc, args.env, issuer=args.issuer, results_from_stream=args.central) as client:
             cmd_id = args.cmd_id or new_command_id()
             if args.wait:
                 client.expect(cmd_id, args.vid)

@@ -8,13 +8,13 @@ vehicle's desired as `mavjet shadow set` would.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mavjet.ops.rollout_plan import RolloutError
+from mavjet.ops.shadow import set_paths
 
 # -- targets ----------------------------------------------------------------------------------
 
@@ -113,18 +113,4 @@ def parse_threshold(text: str, n: int) -> int:
 
 def apply_change(desired: Mapping[str, Any] | None, change: Mapping[str, Any]) -> dict[str, Any]:
     """`desired` with each `path: value` set (None removes it): what `mavjet shadow set` does per vehicle."""
-    out: dict[str, Any] = json.loads(json.dumps(dict(desired or {})))
-    for path, value in change.items():
-        keys = path.split(".")
-        node = out
-        for k in keys[:-1]:
-            nxt = node.get(k)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                node[k] = nxt
-            node = nxt
-        if value is None:
-            node.pop(keys[-1], None)
-        else:
-            node[keys[-1]] = value
-    return out
+    return set_paths(desired, change)

@@ -28,6 +28,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -71,12 +72,20 @@ def parse_value(text: str) -> Any:
 
 def apply_assignments(doc: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
     """`a.b=value` into a copy of `doc`; `a.b=null` (or `a.b=`) removes the key."""
-    out: dict[str, Any] = json.loads(json.dumps(doc))
+    change: dict[str, Any] = {}
     for a in assignments:
         path, sep, raw = a.partition("=")
         if not sep or not path.strip():
             raise UsageError(f"{a!r}: expected FIELD=VALUE, e.g. params.RTL_ALT=2000 or mode=GUIDED")
-        keys = path.strip().split(".")
+        change[path.strip()] = parse_value(raw) if raw.strip() else None
+    return set_paths(doc, change)
+
+
+def set_paths(doc: Mapping[str, Any] | None, change: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `doc` with each dotted `path: value` of `change` set (None removes it), in order."""
+    out: dict[str, Any] = json.loads(json.dumps(dict(doc or {})))
+    for path, value in change.items():
+        keys = path.split(".")
         node = out
         for k in keys[:-1]:
             nxt = node.get(k)
@@ -84,7 +93,6 @@ def apply_assignments(doc: dict[str, Any], assignments: list[str]) -> dict[str, 
                 nxt = {}
                 node[k] = nxt
             node = nxt
-        value = parse_value(raw) if raw.strip() else None
         if value is None:
             node.pop(keys[-1], None)
         else:

@@ -218,7 +218,7 @@ class _OwnershipCollector(Collector):
         presence = CounterMetricFamily("mavjet_presence_writes", "A standby's presence records written or deleted "
                                        "(result=failed: not stored, retried at the vehicle's next turn)",
                                        labels=["result"])
-        presence.add_metric(["ok"], st.presence_writes)
+        presence.add_metric(["stored"], st.presence_writes)
         presence.add_metric(["failed"], st.presence_failures)
         yield from (owner, state, takeovers, latency, refused, roles, presence)
 

@@ -21,7 +21,8 @@ from mavjet.contract.subjects import cmd_subject, event_subject, shadow_key, sta
 from mavjet.ops.natsserver import NatsServer
 from mavjet.ops.restore import replay_headers
 
-TWIN = ["KV_TWIN_LEASES", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_CMD", "TWIN_EVENTS", "TWIN_LOGS", "TWIN_STATE", "TWIN_TRACKS"]
+TWIN = ["KV_TWIN_LEASES", "KV_TWIN_ROLLOUTS", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_CMD", "TWIN_EVENTS", "TWIN_LOGS",
+        "TWIN_STATE", "TWIN_TRACKS"]
 BIG = bytes((i * 7 + 3) % 251 for i in range(300_000))  # 3 chunks of 128KB
 
 

@@ -31,6 +31,7 @@ import datetime as dt
 import json
 import os
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -310,6 +311,14 @@ async def test_a_central_cluster_over_two_leaf_hubs(topology: Topology, tmp_path
             assert r.accepted, r
             await until("VID-004 in LOITER", _sync(lambda: fleets["hub-b"].vehicles[1].mode == "LOITER"), 10)
             centre_cmd = r.cmd_id
+            # The same from the operator's CLI at the centre.
+            cli = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "mavjet.ops", "cmd", "VID-003", "param_get", "-p", "name=RTL_ALT", "--central",
+                "--wait", "--timeout", "20s", "--json", "--nats", topology.centre[0].url, "--env", ENV,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(cli.communicate(), 60)
+            assert cli.returncode == 0, err.decode()[-2000:]
+            assert json.loads(out)["result"] == "accepted", out
 
             # The digest at the centre: every vehicle of both hubs, at about DIGEST_HZ.
             window_s = 10.0

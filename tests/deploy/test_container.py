@@ -130,7 +130,7 @@ def test_compose_is_consistent() -> None:
     assert pargs.replicas == 3 and str(pargs.definitions) == "/opt/mavjet/share/jetstream"
     names = {d.name for d in load_definitions(ROOT / "deploy" / "jetstream", env="prod", replicas=3)}
     assert names == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "TWIN_SHADOW", "TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS",
-                     "TWIN_LEASES"}
+                     "TWIN_LEASES", "TWIN_ROLLOUTS"}
     assert services["gateway"]["depends_on"]["provision"]["condition"] == "service_completed_successfully"
     margs = monitor_parser().parse_args(services["monitor"]["command"])
     assert margs.listen == "0.0.0.0:9464"

@@ -61,9 +61,10 @@ async def test_track_samples_wait_in_the_spool_while_the_uplink_is_cut_and_reach
         await hub_nc.close()
     async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=5.0)) as fleet:
         v = fleet.vehicles[0]
-        # The companion's gateway talks to its leaf only; the shadow's bucket lives in the hub's domain.
+        # The companion's gateway talks to its leaf only; the shadow's bucket lives in the hub's domain, and
+        # so would its lease: alone with its vehicle here (one lease across the leaf: tests/ownership/test_leaf_owner.py).
         cfg = gateway_config(leaf.url, fleet.endpoints, tmp_path / "state", track_hz=HZ,
-                             shadow=ShadowConfig(enabled=False))
+                             shadow=ShadowConfig(enabled=False), ownership=False)
         async with running(Gateway(cfg)) as gw:
             (rec,) = [s for s in gw.services if isinstance(s, TrackRecorder)]
             await _ready_to_arm(gw, v)

@@ -123,13 +123,13 @@ async def test_five_step_migration(pair: Pair, tmp_path: Path) -> None:
     producer = asyncio.create_task(publish_events(pair.src_nc, 100, 200))
     out = migrate("mirror", "--from", src_url, "--to", dst_url, "--from-domain", "old")
     assert out.returncode == 0, out.stderr
-    assert sorted(out.stdout.split()[1::2]) == ["KV_TWIN_LEASES", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_EVENTS", "TWIN_LOGS", "TWIN_STATE",
-                                                "TWIN_TRACKS"]
+    assert sorted(out.stdout.split()[1::2]) == ["KV_TWIN_LEASES", "KV_TWIN_ROLLOUTS", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS",
+                                                "TWIN_EVENTS", "TWIN_LOGS", "TWIN_STATE", "TWIN_TRACKS"]
     await asyncio.wait_for(producer, 60)  # producers stop (gateways spool meanwhile)
 
     # Step 3: wait for sync.
     out = migrate("status", "--from", src_url, "--to", dst_url, "--wait", "30")
-    assert out.returncode == 0 and out.stdout.count("in sync") == 7, out.stdout + out.stderr
+    assert out.returncode == 0 and out.stdout.count("in sync") == 8, out.stdout + out.stderr
     # Queued commands move with backup/restore (a workqueue is not mirrored).
     bdir = tmp_path / "cmd-backup"
     assert mavjet("backup", "--nats", src_url, "--streams", "TWIN_CMD", "--out", str(bdir)).returncode == 0
@@ -140,7 +140,7 @@ async def test_five_step_migration(pair: Pair, tmp_path: Path) -> None:
     out = migrate("promote", "--from", src_url, "--to", dst_url)
     assert out.returncode == 0, out.stderr
     out = mavjet("provision", "--nats", dst_url, "--env", ENV)
-    assert out.returncode == 0 and out.stdout.count("unchanged") == 8, out.stdout + out.stderr
+    assert out.returncode == 0 and out.stdout.count("unchanged") == 9, out.stdout + out.stderr
     # A gateway replaying its spool after the switch: the last events come again and are de-duplicated.
     dups = await publish_events(pair.dst_nc, 197, 210)
     assert dups == [True] * 3 + [False] * 10

@@ -213,7 +213,7 @@ async def test_monitor_exports_live_health(provisioned: Client, nats_server: Nat
         assert (key, 2.0) in m["mavjet_consumer_ack_pending_messages"]
         streams = {lbl["stream"] for lbl, _ in m["mavjet_stream_messages"]}
         assert streams == {"TWIN_STATE", "TWIN_EVENTS", "TWIN_CMD", "KV_TWIN_SHADOW", "OBJ_TWIN_BLOBS", "TWIN_LOGS", "TWIN_TRACKS",
-                           "KV_TWIN_LEASES"}
+                           "KV_TWIN_LEASES", "KV_TWIN_ROLLOUTS"}
         assert ({"stream": "TWIN_CMD"}, 5.0) in m["mavjet_stream_messages"]
         assert any(lbl == {"stream": "TWIN_EVENTS"} for lbl, _ in m["mavjet_stream_bytes_ratio"])
         assert m["mavjet_monitor_up"] == [({}, 1.0)]
