@@ -45,6 +45,9 @@ def clean(nc: Client) -> None:
     assert violations(nc) == [], violations(nc)
 
 
+CLOSED = b"<closed by the server>"
+
+
 async def connect_reply(host: str, port: int, creds: Path) -> bytes:
     """The server's answer to a CONNECT with `creds`, spoken raw (a refused nats-py connect leaks its socket).
 
@@ -63,5 +66,8 @@ async def connect_reply(host: str, port: int, creds: Path) -> bytes:
             await s.send(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
             reply = b""
             while b"PONG" not in reply and b"-ERR" not in reply:
-                reply += await s.receive()
+                try:
+                    reply += await s.receive()
+                except anyio.EndOfStream:  # closed without a word (a server in the middle of a reload)
+                    return reply + CLOSED
     return reply
