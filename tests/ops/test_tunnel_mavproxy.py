@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,6 +63,28 @@ class Console:
         await self.proc.stdin.send(line.encode() + b"\n")
 
 
+@asynccontextmanager
+async def mavproxy_through_tunnel(url: str, port: int, tmp_path: Path) -> AsyncIterator[Console]:
+    """`mavjet tunnel VID-001` listening on `port` and MAVProxy connected to it; both stopped at the end."""
+    tunnel = await anyio.open_process(
+        [str(MAVJET), "tunnel", "VID-001", "--listen", f"udp:127.0.0.1:{port}", "--nats", url,
+         "--env", ENV], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    mavproxy = await anyio.open_process(
+        [sys.executable, str(MAVPROXY), "--master", f"udpout:127.0.0.1:{port}", "--nowait",
+         "--state-basedir", str(tmp_path / "mavproxy"), "--default-modules", "link,param,mode,cmdlong"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        yield Console(mavproxy)
+    finally:
+        for proc in (mavproxy, tunnel):
+            proc.terminate()
+            with anyio.move_on_after(5):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+            await proc.aclose()
+
+
 async def test_mavproxy_through_the_tunnel(provisioned: Client, nats_server: NatsServer, tmp_path: Path) -> None:
     async with SimFleet(SimConfig(vehicles=1, base_port=0, speedup=4.0)) as fleet:
         await mavproxy_changes_mode_through_the_tunnel(fleet.endpoints, nats_server.url, tmp_path)
@@ -74,15 +98,7 @@ async def mavproxy_changes_mode_through_the_tunnel(endpoints: list[str], url: st
     async with running(Gateway(cfg)) as gw:
         # Out of BOOT first: ArduPilot reverts a mode set while it boots (docs/sim.md).
         await wait_for_async(lambda: _out_of_boot(gw), timeout_s=60)
-        tunnel = await anyio.open_process(
-            [str(MAVJET), "tunnel", "VID-001", "--listen", f"udp:127.0.0.1:{port}", "--nats", url,
-             "--env", ENV], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        mavproxy = await anyio.open_process(
-            [sys.executable, str(MAVPROXY), "--master", f"udpout:127.0.0.1:{port}", "--nowait",
-             "--state-basedir", str(tmp_path / "mavproxy"), "--default-modules", "link,param,mode,cmdlong"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
-        console = Console(mavproxy)
-        try:
+        async with mavproxy_through_tunnel(url, port, tmp_path) as console:
             await console.expect("Detected vehicle 1:1")  # its heartbeats through the tunnel
             await console.send("param fetch MAV_SYSID")
             await console.expect("MAV_SYSID = 1")
@@ -95,11 +111,3 @@ async def mavproxy_changes_mode_through_the_tunnel(endpoints: list[str], url: st
             await console.expect("Mode GUIDED")
             # The gateway, serving the vehicle the whole time, saw the ground station's mode change.
             await wait_for_async(lambda: _is_guided(gw), timeout_s=5)
-        finally:
-            for proc in (mavproxy, tunnel):
-                proc.terminate()
-                with anyio.move_on_after(5):
-                    await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                await proc.aclose()

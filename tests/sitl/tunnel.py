@@ -4,17 +4,13 @@ AUTO.LAND (PX4 always accepts it), which the gateway, serving the vehicle meanwh
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-import anyio
-
 from mavjet.gateway.daemon import Gateway
 from tests.gateway.test_routes import _free_udp_port
-from tests.ops.test_tunnel_mavproxy import MAVJET, MAVPROXY, Console
-from tests.support import ENV, gateway_config, running, wait_for_async
+from tests.ops.test_tunnel_mavproxy import mavproxy_through_tunnel
+from tests.support import gateway_config, running, wait_for_async
 
 
 async def mavproxy_lands_a_px4_through_the_tunnel(endpoints: list[str], url: str, tmp_path: Path) -> None:
@@ -28,15 +24,7 @@ async def mavproxy_lands_a_px4_through_the_tunnel(endpoints: list[str], url: str
 
         await wait_for_async(identified, timeout_s=60)
         sysid = model.sysid
-        tunnel = await anyio.open_process(
-            [str(MAVJET), "tunnel", "VID-001", "--listen", f"udp:127.0.0.1:{port}", "--nats", url,
-             "--env", ENV], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        mavproxy = await anyio.open_process(
-            [sys.executable, str(MAVPROXY), "--master", f"udpout:127.0.0.1:{port}", "--nowait",
-             "--state-basedir", str(tmp_path / "mavproxy"), "--default-modules", "link,param,mode,cmdlong"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
-        console = Console(mavproxy)
-        try:
+        async with mavproxy_through_tunnel(url, port, tmp_path) as console:
             await console.expect(f"Detected vehicle {sysid}:1")  # its heartbeats through the tunnel
             await console.send("param fetch MAV_SYS_ID")
             await console.expect(f"MAV_SYS_ID = {sysid}")
@@ -52,11 +40,3 @@ async def mavproxy_lands_a_px4_through_the_tunnel(endpoints: list[str], url: str
                 await wait_for_async(landing, timeout_s=10)  # the gateway saw the ground station's mode change
             except AssertionError:
                 raise AssertionError(f"still {model.mode}; MAVProxy said: {console.text[-1500:]!r}") from None
-        finally:
-            for proc in (mavproxy, tunnel):
-                proc.terminate()
-                with anyio.move_on_after(5):
-                    await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                await proc.aclose()
