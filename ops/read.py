@@ -276,11 +276,6 @@ class GatewaySeen:
         return doc
 
 
-def presence_gone(seen: GatewaySeen, now: dt.datetime) -> bool:
-    """The one staleness rule of presence: older than its `gone_after_s` (module docstring of presence.py)."""
-    return seen.gone(now)
-
-
 def _stored_time(msg: Msg) -> dt.datetime | None:
     try:
         return msg.metadata.timestamp

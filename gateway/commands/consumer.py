@@ -18,13 +18,11 @@ import socket
 import anyio
 import structlog
 from anyio.abc import TaskStatus
-from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, ConsumerInfo
-from nats.js.errors import NotFoundError
+from nats.js.api import ConsumerConfig
 
-from mavjet.contract.subjects import CMD_STREAM, command_consumer
+from mavjet.contract.subjects import command_consumer
 from mavjet.gateway.commands.executor import CommandExecutor, keepalive_interval_s
-from mavjet.gateway.commands.intake import API_CONCURRENCY, Intake, drifted, gateway_intakes
+from mavjet.gateway.commands.intake import API_CONCURRENCY, Intake, gateway_intakes
 from mavjet.gateway.commands.intake import consumer_config as intake_config
 from mavjet.gateway.commands.keepalive import KeepAlives
 from mavjet.gateway.commands.lane import VehicleLane
@@ -46,19 +44,6 @@ def durable_name(vid: str) -> str:
 def consumer_config(env: str, vid: str, cfg: CommandsConfig) -> ConsumerConfig:
     """A vehicle's own consumer `gw_<vid>` (`consumer = "vehicle"`)."""
     return intake_config(durable_name(vid), env, frozenset([vid]), cfg, max_ack_pending=1, inactive_s=None)
-
-
-async def ensure_consumer(js: JetStreamContext, env: str, vid: str, cfg: CommandsConfig) -> ConsumerInfo:
-    """Create a vehicle's own consumer if missing, update it if its settings drifted from config."""
-    want = consumer_config(env, vid, cfg)
-    try:
-        info: ConsumerInfo = await js.consumer_info(CMD_STREAM, durable_name(vid))
-        if not drifted(info.config, want):
-            return info
-    except NotFoundError:
-        pass
-    created: ConsumerInfo = await js.add_consumer(CMD_STREAM, config=want)
-    return created
 
 
 def mode_for(cfg: GatewayConfig) -> ConsumerMode:

@@ -34,9 +34,8 @@ one result per command.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from enum import StrEnum
-from typing import TypeVar
 
 import anyio
 import structlog
@@ -65,9 +64,6 @@ from mavjet.gateway.services import Foreground, NatsAccess, VehicleHandle
 from mavjet.gateway.twin.telemetry import Event
 
 log = structlog.get_logger("mavjet.commands")
-
-T = TypeVar("T")
-
 
 MAX_VEHICLE_TEXTS = 8  # status texts kept in one result
 TEXT_GRACE_S = 0.1  # a refusal waits this long for its reason's text
@@ -285,7 +281,7 @@ class CommandExecutor:
             t1 = time.monotonic()
             phase = self.metrics.command_phase
             phase.labels(phase="ledger").observe(t1 - t0)
-            out = await self._keeping_alive(msg, lambda ctx: run_action(defn.action, cmd, ctx))
+            out = await run_action(defn.action, cmd, self._action_context())
             phase.labels(phase="vehicle").observe(time.monotonic() - t1)
             if out.result is not CmdResult.ACCEPTED and out.mav_result is not None and not self._texts:
                 # An autopilot says why just before or after its refusal (ArduPilot sends the text,
@@ -325,7 +321,7 @@ class CommandExecutor:
         if session.is_up and self.vehicle.telemetry.armed is not None:
             await session.wait_heartbeat()  # judge on the vehicle's state now, not a model from before
             try:
-                verdict = await self._keeping_alive(msg, lambda ctx: rule.observe(cmd, ctx))
+                verdict = await rule.observe(cmd, self._action_context())
             except LinkError:
                 verdict = None
             except Exception as exc:  # a failed read (timeout, refused, missing plan) leaves the state unknown
@@ -428,9 +424,9 @@ class CommandExecutor:
             await _quietly(msg.term())
 
     # -- execution ---------------------------------------------------------
-    async def _keeping_alive(self, msg: CommandDelivery, work: Callable[[ActionContext], Awaitable[T]]) -> T:
-        """Run `work` (an action or a recovery read); the lane's `in_progress` acks keep the message meanwhile."""
-        return await work(ActionContext(vehicle=self.vehicle, nats=self.nats))
+    def _action_context(self) -> ActionContext:
+        """What an action or a recovery read works with; the lane's `in_progress` acks keep the message meanwhile."""
+        return ActionContext(vehicle=self.vehicle, nats=self.nats)
 
 
 class _NotOwner(Exception):

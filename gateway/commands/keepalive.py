@@ -1,8 +1,9 @@
 """Keep commands' JetStream messages from redelivery while they run: `in_progress` acks, one task for all.
 
-Each command in flight is held (`KeepAlives.holding`) with its message's
+Each delivery a vehicle's lane holds, waiting or running, is held here
+(`hold`/`release`, or `holding` around a block) with its message's
 `in_progress`; one task of the command service sends it every `every_s`
-for every command still held, oldest first. Before, every command started a
+for every delivery still held, oldest first. Before, every command started a
 keep-alive task of its own and cancelled it at the end, twice (the action,
 then the hand-over of its result):
 - its end waited for the task group to see the child finish, two passes of

@@ -22,7 +22,7 @@ Why these rules (docs/ownership.md, "Presence"):
   A role change is written at once (the keeper's change kicks it); a link
   change waits for the vehicle's next turn (at most `every_s`).
 - **Staleness is the reader's**: a record older than `GATEWAY_MISSED_PERIODS`
-  (3) times its `period_s` is shown as gone (`mavjet.ops.read.presence_gone`),
+  (3) times its `period_s` is shown as gone (`mavjet.ops.read.GatewaySeen.gone`),
   the rule the link record already follows. Age is the reader's clock minus the
   server's timestamp of the record; no gateway reads another's clock.
 - **Clean stop deletes**; a crashed gateway's records age out with the bucket's

@@ -37,7 +37,7 @@ from mavjet.contract.subjects import (
     shadow_key,
     state_subject,
 )
-from mavjet.gateway.commands.consumer import consumer_config, durable_name, ensure_consumer
+from mavjet.gateway.commands.consumer import consumer_config, durable_name
 from mavjet.gateway.config import CommandsConfig
 from mavjet.gateway.ownership.store import JetStreamLeaseStore
 from mavjet.gateway.shadow.kvstore import KeyWatch, ShadowStore
@@ -113,7 +113,7 @@ async def test_vehicle_pulls_and_acks_only_its_own_commands(hub: Secured) -> Non
 
         # Its own consumer: created with its own filter, pulled, acked.
         js1 = v1.jetstream(timeout=JS_TIMEOUT_S)
-        await ensure_consumer(js1, ENV, "VID-001", cfg)
+        await js1.add_consumer(CMD_STREAM, config=consumer_config(ENV, "VID-001", cfg))  # as the gateway makes it
         sub = await js1.pull_subscribe_bind(durable=durable_name("VID-001"), stream=CMD_STREAM)
         msgs = await sub.fetch(1, timeout=2)
         assert msgs[0].subject == cmd_subject(ENV, "VID-001", "arm")
@@ -206,7 +206,7 @@ async def test_hub_gateway_serves_its_vehicles_only(hub: Secured) -> None:
         js = gw.jetstream(timeout=JS_TIMEOUT_S)
         for vid in ("VID-003", "VID-004"):
             await js.publish(event_subject(ENV, vid, "armed"), _event(vid, "armed"))
-            await ensure_consumer(js, ENV, vid, CommandsConfig())
+            await js.add_consumer(CMD_STREAM, config=consumer_config(ENV, vid, CommandsConfig()))
         clean(gw)
         forged = event_subject(ENV, "VID-001", "armed")
         await refused(gw, forged, lambda: gw.publish(forged, b""))
