@@ -10,6 +10,7 @@ whole gateway, or one per vehicle (`[commands] consumer`,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -35,6 +36,7 @@ log = structlog.get_logger("mavjet.commands")
 
 LEDGER_FILE = "commands.sqlite"
 PRUNE_INTERVAL_S = 600.0
+MAX_NAME = 120  # of the holder part of a gateway consumer's name
 
 
 def durable_name(vid: str) -> str:
@@ -56,7 +58,10 @@ def mode_for(cfg: GatewayConfig) -> ConsumerMode:
 def gateway_consumer_name(ctx: ServiceContext) -> str:
     """`gwx_<holder>`: unique per process, as the lease holder is (two gateways on one host differ)."""
     holder = ctx.holder or f"{ctx.cfg.instance}@{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-    return "gwx_" + re.sub(r"[^A-Za-z0-9_-]", "_", holder)[:120]  # `_<i>` follows: one per 500 vehicles
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", holder)
+    if len(name) > MAX_NAME:  # a long instance or host name: cut it, and keep it unique by a digest of the whole
+        name = f"{name[:MAX_NAME - 13]}_{hashlib.sha256(holder.encode()).hexdigest()[:12]}"
+    return "gwx_" + name  # `_<i>` follows: one per 500 vehicles
 
 
 class CommandService:

@@ -101,3 +101,24 @@ async def test_new_owner_takes_the_crashed_gateways_subjects_and_recovers_its_co
     events = await collect_events(provisioned)
     results = [d for _, t, d, _ in events if t == EventType.CMD_RESULT and d.get("cmd_id") == cmd_id]
     assert len(results) == 1, results
+
+
+def test_gateway_consumer_names_stay_unique_and_valid_for_long_holders() -> None:
+    from mavjet.drivers.mavlink.transport import Endpoint
+    from mavjet.gateway.commands.consumer import MAX_NAME, gateway_consumer_name
+    from mavjet.gateway.config import GatewayConfig, VehicleConfig
+    from mavjet.gateway.runtime.metrics import GatewayMetrics
+    from mavjet.gateway.services import ServiceContext
+
+    cfg = GatewayConfig(vehicles=(VehicleConfig(vid="V", endpoint=Endpoint.parse("udp:127.0.0.1:14550")),), env="t")
+
+    def name(holder: str) -> str:
+        ctx = ServiceContext(cfg=cfg, vehicles={}, nats=None, metrics=GatewayMetrics(), holder=holder)  # type: ignore[arg-type]
+        return gateway_consumer_name(ctx)
+
+    long_host = "edge-" + "x" * 150
+    a, b = name(f"hub@{long_host}:41:aaaa1111"), name(f"hub@{long_host}:41:bbbb2222")  # differ only at the end
+    assert a != b and len(a) == len(b) == len("gwx_") + MAX_NAME
+    assert name("hub@edge.example:41:aaaa1111") == "gwx_hub_edge_example_41_aaaa1111"
+    for n in (a, b):
+        assert all(c.isalnum() or c in "_-" for c in n), n
