@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import nats.errors
 from nats.aio.client import Client
 
 from mavjet.contract import natsadapter
@@ -298,6 +299,21 @@ def server_name(nc: Client) -> str:
     """`host:port` of the server `nc` is connected to, for logs: a URL's userinfo may be a token."""
     url = nc.connected_url
     return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
+
+
+async def close(nc: Client) -> str | None:
+    """Close `nc`, also when its server went first; returns why the close could not finish cleanly, or None.
+
+    nats-py's `close()` flushes the socket, and raises if the server reset it meanwhile (a Ctrl-C reaches
+    `mavjet demo`'s nats-server and its clients together): the connection is gone either way.
+    """
+    if nc.is_closed:
+        return None
+    try:
+        await nc.close()
+    except (OSError, nats.errors.Error) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 async def _quiet(_: Exception) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from mavjet.contract import natsconn
 from mavjet.contract.errors import ConfigError
 from mavjet.contract.natsconn import NatsOptions, connect_kwargs, open_client
 from mavjet.contract.units import parse_duration_s
@@ -147,8 +148,7 @@ async def _run(args: argparse.Namespace, url: str, vids: list[str], via_commands
             await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         for nc in {id(c): c for c in (admin, operator, viewer)}.values():
-            if not nc.is_closed:
-                await nc.close()
+            await natsconn.close(nc)  # at a Ctrl-C the server may have gone first
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:

@@ -338,5 +338,7 @@ class Publisher:
                     log.warning("nats_drain_failed", error=str(exc))
         if scope.cancelled_caught:
             log.warning("shutdown_timeout", spooled=self.spool.depth)
-        if self.nc is not None and not self.nc.is_closed:
-            await self.nc.close()
+        if self.nc is not None:
+            why = await natsconn.close(self.nc)
+            if why is not None:  # the server went first; what was not published is in the spool, flushed above
+                log.info("nats_close_failed", error=why, spooled=self.spool.depth)

@@ -7,11 +7,13 @@ publish on another connection in between was never delivered to it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 from nats.aio.client import Client
 
 from mavjet.contract.natsadapter import OrderedFlushClient
-from mavjet.contract.natsconn import open_client
+from mavjet.contract.natsconn import close, open_client
 from mavjet.ops.natsserver import NatsServer
 from tests.support.natsorder import ordered_deliveries
 
@@ -49,3 +51,19 @@ async def test_keepalive_pings_still_answered(nats_server: NatsServer) -> None:
         assert rtt < 5
     finally:
         await nc.close()
+
+
+async def test_closing_a_connection_whose_server_went_first_does_not_raise(tmp_path: Path) -> None:
+    """What a Ctrl-C to `mavjet demo`'s process group does: the server dies, then each client closes."""
+    server = NatsServer(store_dir=str(tmp_path / "js"))
+    server.start()
+    try:
+        ncs = [await open_client(server.url, connect_timeout=2) for _ in range(5)]
+        for nc in ncs:
+            await nc.publish("x", b"y" * 65536)  # something still in the write buffer when the socket goes
+        server.stop(kill=True)
+        for nc in ncs:
+            why = await close(nc)
+            assert nc.is_closed, why
+    finally:
+        server.cleanup()
